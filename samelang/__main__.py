@@ -1,0 +1,3 @@
+from samelang.cli import main
+
+main()

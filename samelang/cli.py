@@ -1,0 +1,26 @@
+"""The ``samelang`` command: the composition root that joins each package's commands.
+
+It sits above ``indexes``, ``service`` and ``training`` so that none of them
+has to import upward.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from service.cli import models_app
+
+app = typer.Typer(
+    help="samelang: find the answer in every language, hand the reader the one in theirs.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(models_app, name="models")
+
+
+def main() -> None:  # pragma: no cover - entry point
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

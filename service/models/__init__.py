@@ -1,0 +1,1 @@
+"""Model preparation and loading (base encoder, generator)."""
