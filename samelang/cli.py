@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from service.cli import models_app
+from service.cli import index_app, models_app, serve
 
 app = typer.Typer(
     help="samelang: find the answer in every language, hand the reader the one in theirs.",
@@ -16,6 +16,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(models_app, name="models")
+app.add_typer(index_app, name="index")
+app.command("serve")(serve)
 
 
 def main() -> None:  # pragma: no cover - entry point

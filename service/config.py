@@ -30,3 +30,37 @@ class Settings(BaseSettings):
 def settings(**flags) -> Settings:
     """Settings from the environment, overridden by the CLI ``flags`` that were given (not None)."""
     return Settings(**{k: v for k, v in flags.items() if v is not None})
+
+
+class ServiceSettings(Settings):
+    """Options of ``samelang serve`` (each also ``SAMELANG_<NAME>``)."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+    index: Path | None = Field(None, description="index folder (default: the bundled demo index, built on first use)")
+    demo_langs: str = Field("en,zh", description="languages of the bundled XQuAD demo index")
+    model: Path | None = Field(None, description="bi-encoder checkpoint (default: the best one available locally)")
+    reranker: Path | None = Field(None, description="cross-encoder checkpoint (unset: bi-encoder cosine)")
+    reranker_max_length: int = Field(256, ge=16, le=512)
+    generator: Literal["transformers", "openai", "none"] = "transformers"
+    generator_model: Path | None = Field(None, description="transformers generator checkpoint (default: Gemma 3 270M)")
+    openai_url: str = Field("http://127.0.0.1:8001", description="OpenAI-compatible server (vLLM) for --generator openai")
+    openai_model: str = "Qwen/Qwen2.5-7B-Instruct"
+    openai_api_key: str | None = None
+    openai_timeout: float = Field(30.0, gt=0)
+    openai_retries: int = Field(2, ge=0, le=10)
+    api_key: str | None = Field(None, description="if set, every route but /health needs 'Authorization: Bearer <key>'")
+    use_gpu_index: bool = Field(True, description="move the FAISS index to GPU when faiss sees GPUs")
+    max_body_bytes: int = Field(2_000_000, ge=1024)
+    max_rerank_documents: int = Field(100, ge=1)
+    max_document_chars: int = Field(20000, ge=1)
+    detect_langs: str = Field(
+        "en,ar,de,el,es,hi,ro,ru,th,tr,vi,zh,fr,it,pt,nl,ja,ko", description="candidate languages for detection"
+    )
+
+    def torch_device(self) -> str:
+        if self.device != "auto":
+            return self.device
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"

@@ -1,0 +1,313 @@
+"""A multilingual index on disk: FAISS vectors + SQLite docstore + manifest.
+
+Layout (each generation is complete and never modified after it is written)::
+
+    DIR/CURRENT              the name of the live generation, replaced atomically
+    DIR/gen-000001/vectors.faiss
+    DIR/gen-000001/docs.sqlite
+    DIR/gen-000001/manifest.json
+
+``add_documents`` writes generation N+1 beside N and then swaps ``CURRENT``
+(``os.replace``), so a crash at any point leaves generation N loadable.
+The embedding model is a callable given by the caller: this package knows no model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from . import vectors as V
+from .atomic import atomic_dir, atomic_write_text
+from .corpora.records import Document
+from .docstore import DocStore, StoredDoc
+
+FORMAT_VERSION = 1
+CURRENT = "CURRENT"
+Embed = Callable[[list[str]], np.ndarray]
+
+
+class IndexError_(RuntimeError):
+    """Base class of index errors (name avoids the builtin)."""
+
+
+class IndexNotFound(IndexError_):
+    pass
+
+
+class IndexModelMismatch(IndexError_):
+    pass
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What the index records about the embedding model that built it."""
+
+    name: str
+    fingerprint: str
+    dim: int
+
+
+@dataclass
+class OpenIndex:
+    path: Path
+    generation: str
+    manifest: dict
+    faiss_index: object
+    docs: DocStore
+    on_gpu: bool = False
+
+    @property
+    def size(self) -> int:
+        return int(self.faiss_index.ntotal)
+
+    def search(self, query_vectors: np.ndarray, k: int, ef_search: int | None = None, nprobe: int | None = None):
+        """(scores, rows) of the k nearest documents per query; rows = -1 past the end."""
+        if not self.on_gpu:
+            V.set_search_params(self.faiss_index, ef_search=ef_search, nprobe=nprobe)
+        k = max(1, min(k, self.size))
+        return self.faiss_index.search(V.normalise(query_vectors), k)
+
+    def close(self) -> None:
+        self.docs.close()
+
+
+def _corpus_checksum(docs: DocStore) -> str:
+    h = hashlib.sha256()
+    for doc_id, text in docs._db.execute("SELECT id, text FROM docs ORDER BY row"):
+        h.update(doc_id.encode())
+        h.update(b"\0")
+        h.update(hashlib.sha256(text.encode()).digest())
+    return h.hexdigest()
+
+
+def _gen_name(n: int) -> str:
+    return f"gen-{n:06d}"
+
+
+def current_generation(path: Path) -> Path:
+    path = Path(path)
+    pointer = path / CURRENT
+    if not pointer.exists():
+        raise IndexNotFound(
+            f"no index at {path}: build one with `samelang index build --out {path} ...` "
+            "(or let `samelang serve` build the bundled demo index)"
+        )
+    gen = path / pointer.read_text().strip()
+    if not (gen / "manifest.json").exists():
+        raise IndexNotFound(f"index at {path} points at {gen.name}, which is incomplete: rebuild it")
+    return gen
+
+
+def read_manifest(path: Path) -> dict:
+    return json.loads((current_generation(path) / "manifest.json").read_text())
+
+
+def _prepare_docs(
+    docs: Sequence[Document], first_row: int, detect: Callable[[list[str]], list] | None
+) -> list[StoredDoc]:
+    missing = [i for i, d in enumerate(docs) if not d.lang]
+    detected = {}
+    if missing:
+        if detect is None:
+            raise ValueError(f"{len(missing)} documents have no 'lang' and no language identifier was given")
+        for i, det in zip(missing, detect([docs[i].text for i in missing])):
+            detected[i] = det
+    out = []
+    for i, d in enumerate(docs):
+        if i in detected:
+            det = detected[i]
+            lang, source, conf = (det.lang, "detected", det.confidence) if det else (None, "detected", 0.0)
+        else:
+            lang, source, conf = d.lang, "given", None
+        out.append(StoredDoc(first_row + i, d.id, d.text, lang, source, conf, d.group, dict(d.metadata)))
+    return out
+
+
+def _embed_all(texts: list[str], embed: Embed, dim: int, batch_size: int, desc: str) -> np.ndarray:
+    out = np.zeros((len(texts), dim), dtype=np.float32)
+    # longest first: batches of similar length waste no padding, and the slowest batch shows up early
+    order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+    with tqdm(total=len(texts), desc=desc, unit="doc", disable=False) as bar:
+        for start in range(0, len(order), batch_size):
+            idx = order[start : start + batch_size]
+            vecs = np.asarray(embed([texts[i] for i in idx]), dtype=np.float32)
+            if vecs.shape != (len(idx), dim):
+                raise ValueError(f"the embedding function returned shape {vecs.shape}, expected ({len(idx)}, {dim})")
+            out[idx] = vecs
+            bar.update(len(idx))
+    return out
+
+
+def _check_unique(docs: Sequence[Document]) -> None:
+    seen = set()
+    for d in docs:
+        if d.id in seen:
+            raise ValueError(f"duplicate document id {d.id!r}")
+        seen.add(d.id)
+
+
+def _write_generation(
+    gen_dir: Path,
+    index,
+    store_src: Path | None,
+    new_docs: list[StoredDoc],
+    manifest: dict,
+) -> dict:
+    """Write a complete generation into ``gen_dir`` (a scratch folder)."""
+    db_path = gen_dir / "docs.sqlite"
+    if store_src is not None:
+        shutil.copyfile(store_src, db_path)
+    store = DocStore(db_path)
+    try:
+        store.add(new_docs)
+        manifest = dict(manifest)
+        manifest["n_docs"] = len(store)
+        manifest["counts_per_lang"] = store.lang_counts()
+        manifest["corpus_sha256"] = _corpus_checksum(store)
+    finally:
+        store.close()
+    if manifest["n_docs"] != index.ntotal:
+        raise RuntimeError(f"docstore has {manifest['n_docs']} documents but FAISS {index.ntotal}")
+    V.write(index, gen_dir / "vectors.faiss")
+    (gen_dir / "manifest.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False))
+    return manifest
+
+
+def build_index(
+    out: Path,
+    docs: Sequence[Document],
+    embed: Embed,
+    model: ModelInfo,
+    spec: V.IndexSpec = V.IndexSpec(),
+    detect: Callable[[list[str]], list] | None = None,
+    batch_size: int = 32,
+    source: str = "",
+) -> dict:
+    """Embed ``docs`` and write a fresh index at ``out`` (replacing any old one atomically)."""
+    if not docs:
+        raise ValueError("no documents to index")
+    _check_unique(docs)
+    stored = _prepare_docs(docs, 0, detect)
+    vecs = _embed_all([d.text for d in docs], embed, model.dim, batch_size, "embedding documents")
+    index = V.new_index(spec, model.dim, train_vectors=vecs)
+    V.add_vectors(index, vecs, np.arange(len(docs)))
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    manifest = {
+        "format_version": FORMAT_VERSION,
+        "embedding_model": {"name": model.name, "fingerprint": model.fingerprint},
+        "dim": model.dim,
+        "metric": "inner_product on L2-normalised vectors (cosine)",
+        "index": spec.to_dict(),
+        "source": source,
+        "built_at": now,
+        "updated_at": now,
+        "generation": 1,
+    }
+    with atomic_dir(out) as tmp:
+        gen = tmp / _gen_name(1)
+        gen.mkdir()
+        manifest = _write_generation(gen, index, None, stored, manifest)
+        (tmp / CURRENT).write_text(gen.name)
+    return manifest
+
+
+def check_model(manifest: dict, model: ModelInfo, path: Path) -> None:
+    built = manifest["embedding_model"]
+    if built["fingerprint"] != model.fingerprint or manifest["dim"] != model.dim:
+        raise IndexModelMismatch(
+            f"the index at {path} was built with embedding model {built['name']!r} "
+            f"(fingerprint {built['fingerprint'][:12]}), but the model being used is {model.name!r} "
+            f"(fingerprint {model.fingerprint[:12]}): rebuild it with "
+            f"`samelang index build --model <the served model> --out {path} ...`, or serve the model that built it"
+        )
+
+
+def open_index(path: Path, model: ModelInfo | None = None, use_gpu: bool = False) -> OpenIndex:
+    """Load the live generation; refuse it if it was built by another model than ``model``."""
+    path = Path(path)
+    gen = current_generation(path)
+    manifest = json.loads((gen / "manifest.json").read_text())
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise IndexNotFound(f"index at {path} has format {manifest.get('format_version')}, expected {FORMAT_VERSION}")
+    if model is not None:
+        check_model(manifest, model, path)
+    index, on_gpu = V.to_gpu_if_available(V.read(gen / "vectors.faiss"), use_gpu)
+    docs = DocStore(gen / "docs.sqlite", readonly=True)
+    return OpenIndex(path, gen.name, manifest, index, docs, on_gpu)
+
+
+def add_documents(
+    path: Path,
+    docs: Sequence[Document],
+    embed: Embed,
+    model: ModelInfo,
+    detect: Callable[[list[str]], list] | None = None,
+    batch_size: int = 32,
+) -> dict:
+    """Add documents to an existing index without rebuilding it (crash-safe)."""
+    path = Path(path)
+    gen = current_generation(path)
+    manifest = json.loads((gen / "manifest.json").read_text())
+    check_model(manifest, model, path)
+    if not docs:
+        raise ValueError("no documents to add")
+    _check_unique(docs)
+    old_store = DocStore(gen / "docs.sqlite", readonly=True)
+    try:
+        clash = old_store.existing_ids([d.id for d in docs])
+        first_row = old_store.max_row() + 1
+    finally:
+        old_store.close()
+    if clash:
+        raise ValueError(f"{len(clash)} document ids are already in the index, e.g. {sorted(clash)[:3]}")
+    stored = _prepare_docs(docs, first_row, detect)
+    vecs = _embed_all([d.text for d in docs], embed, model.dim, batch_size, "embedding new documents")
+    index = V.read(gen / "vectors.faiss")
+    V.add_vectors(index, vecs, np.arange(first_row, first_row + len(docs)))
+    number = int(re.sub(r"\D", "", gen.name)) + 1
+    manifest = dict(manifest, generation=number, updated_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    scratch = path / f".{_gen_name(number)}.tmp-{uuid.uuid4().hex[:8]}"
+    scratch.mkdir()
+    try:
+        manifest = _write_generation(scratch, index, gen / "docs.sqlite", stored, manifest)
+        new_gen = path / _gen_name(number)
+        if new_gen.exists():  # left by a crash after its rename but before the switch
+            shutil.rmtree(new_gen)
+        scratch.rename(new_gen)
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+    atomic_write_text(path / CURRENT, new_gen.name)  # the commit point
+    for old in path.glob("gen-*"):
+        if old.name != new_gen.name:
+            shutil.rmtree(old, ignore_errors=True)
+    for stale in path.glob(".gen-*.tmp-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    return manifest
+
+
+def index_info(path: Path) -> dict:
+    gen = current_generation(Path(path))
+    info = json.loads((gen / "manifest.json").read_text())
+    info["path"] = str(Path(path).resolve())
+    info["live_generation"] = gen.name
+    info["size_bytes"] = sum(f.stat().st_size for f in gen.iterdir())
+    return info
+
+
+__all__ = [
+    "CURRENT", "IndexModelMismatch", "IndexNotFound", "ModelInfo", "OpenIndex", "add_documents", "build_index",
+    "check_model", "current_generation", "index_info", "open_index", "read_manifest",
+]  # fmt: skip

