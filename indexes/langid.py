@@ -17,6 +17,34 @@ DEFAULT_DETECT_LANGS: tuple[str, ...] = (
 )  # fmt: skip
 
 
+# scripts used by exactly one of the candidate languages: decided by counting letters,
+# which is more robust than n-gram models on short mixed-script text (e.g. "V＆A起源于哪个博览会？")
+_SCRIPT_RANGES: tuple[tuple[str, tuple[tuple[int, int], ...]], ...] = (
+    ("ja", ((0x3040, 0x30FF),)),  # kana; checked before Han, since Japanese mixes kana and kanji
+    ("ko", ((0xAC00, 0xD7AF), (0x1100, 0x11FF))),
+    ("zh", ((0x4E00, 0x9FFF), (0x3400, 0x4DBF))),
+    ("th", ((0x0E00, 0x0E7F),)),
+    ("el", ((0x0370, 0x03FF),)),
+    ("hi", ((0x0900, 0x097F),)),
+    ("ar", ((0x0600, 0x06FF),)),
+)
+
+
+def _script_language(text: str, candidates: tuple[str, ...]) -> tuple[str, float] | None:
+    letters = [ord(c) for c in text if c.isalpha()]
+    if not letters:
+        return None
+    for lang, ranges in _SCRIPT_RANGES:
+        if lang not in candidates:
+            continue
+        n = sum(any(lo <= cp <= hi for lo, hi in ranges) for cp in letters)
+        if lang == "ja" and n > 0:
+            return "ja", 1.0
+        if n / len(letters) >= 0.5:
+            return lang, n / len(letters)
+    return None
+
+
 @dataclass(frozen=True)
 class Detection:
     lang: str
@@ -47,6 +75,9 @@ class LanguageIdentifier:
         self._lock = threading.Lock()
 
     def detect(self, text: str) -> Detection | None:
+        by_script = _script_language(text, self.langs)
+        if by_script:
+            return Detection(*by_script)
         with self._lock:
             values = self._detector.compute_language_confidence_values(text)
         if not values:
@@ -55,9 +86,20 @@ class LanguageIdentifier:
         return Detection(top.language.iso_code_639_1.name.lower(), float(top.value))
 
     def detect_many(self, texts: list[str]) -> list[Detection | None]:
-        with self._lock:
-            results = self._detector.compute_language_confidence_values_in_parallel(texts)
-        return [Detection(r[0].language.iso_code_639_1.name.lower(), float(r[0].value)) if r else None for r in results]
+        out: list[Detection | None] = [None] * len(texts)
+        rest = []
+        for i, t in enumerate(texts):
+            by_script = _script_language(t, self.langs)
+            if by_script:
+                out[i] = Detection(*by_script)
+            else:
+                rest.append(i)
+        if rest:
+            with self._lock:
+                results = self._detector.compute_language_confidence_values_in_parallel([texts[i] for i in rest])
+            for i, r in zip(rest, results):
+                out[i] = Detection(r[0].language.iso_code_639_1.name.lower(), float(r[0].value)) if r else None
+        return out
 
 
 @lru_cache(maxsize=4)

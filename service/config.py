@@ -44,7 +44,9 @@ class ServiceSettings(Settings):
     reranker_max_length: int = Field(256, ge=16, le=512)
     generator: Literal["transformers", "openai", "none"] = "transformers"
     generator_model: Path | None = Field(None, description="transformers generator checkpoint (default: Gemma 3 270M)")
-    openai_url: str = Field("http://127.0.0.1:8001", description="OpenAI-compatible server (vLLM) for --generator openai")
+    openai_url: str = Field(
+        "http://127.0.0.1:8001", description="OpenAI-compatible server (vLLM) for --generator openai"
+    )
     openai_model: str = "Qwen/Qwen2.5-7B-Instruct"
     openai_api_key: str | None = None
     openai_timeout: float = Field(30.0, gt=0)

@@ -53,7 +53,9 @@ class Retrieved:
 
 
 class Pipeline:
-    def __init__(self, encoder: Encoder, index: OpenIndex, reranker, generator, langid: LanguageIdentifier, limits: Limits):
+    def __init__(
+        self, encoder: Encoder, index: OpenIndex, reranker, generator, langid: LanguageIdentifier, limits: Limits
+    ):
         self.encoder, self.index, self.reranker, self.generator = encoder, index, reranker, generator
         self.langid, self.limits = langid, limits
         self._doc_langs = np.array(index.docs.langs(), dtype=object)
@@ -154,7 +156,9 @@ class Pipeline:
                 best[key] = i
         chosen = sorted(best.values())[: req.passages]
         cited = [
-            P.CitedPassage(id=docs[i].id, lang=docs[i].lang, group=docs[i].group, score=float(scores[i]), text=docs[i].text)
+            P.CitedPassage(
+                id=docs[i].id, lang=docs[i].lang, group=docs[i].group, score=float(scores[i]), text=docs[i].text
+            )
             for i in chosen
         ]
         prompt = build_prompt(req.query, [c.text for c in cited])
@@ -234,7 +238,9 @@ class Pipeline:
                 P.QueryDiagnosis(
                     query=q.query,
                     lang=qlangs[i],
-                    ranks={rid: (int(ranks[i, row_of[rid]]) if retrieved[i, row_of[rid]] else None) for rid in q.relevant},
+                    ranks={
+                        rid: (int(ranks[i, row_of[rid]]) if retrieved[i, row_of[rid]] else None) for rid in q.relevant
+                    },
                     max_r=None if censored[i] else int(max_r[i]),
                     max_r_norm=None if np.isnan(norm[i]) else float(norm[i]),
                     comp_at_10=bool(comp[i]),
@@ -258,7 +264,9 @@ class Pipeline:
             )
 
         ql = np.array([x or "und" for x in qlangs], dtype=object)
-        matrix, rows_l, cols_l = M.top1_language_matrix(S, ql, np.array([x or "und" for x in self._doc_langs], dtype=object))
+        matrix, rows_l, cols_l = M.top1_language_matrix(
+            S, ql, np.array([x or "und" for x in self._doc_langs], dtype=object)
+        )
         return P.DiagnoseResponse(
             pool_size=n,
             k=k,

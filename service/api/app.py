@@ -119,7 +119,9 @@ def _router() -> APIRouter:
     async def ready(request: Request):
         comps = getattr(request.app.state, "components", None)
         if comps is None:
-            return Response('{"error": "not_ready", "detail": "models are loading"}', 503, media_type="application/json")
+            return Response(
+                '{"error": "not_ready", "detail": "models are loading"}', 503, media_type="application/json"
+            )
         return {"status": "ready", "documents": comps.pipeline.index.size}
 
     @r.get("/info")

@@ -28,7 +28,9 @@ def install(app: FastAPI) -> None:
         errors = exc.errors()
         if any(e.get("type") == "json_invalid" for e in errors):
             e = next(e for e in errors if e.get("type") == "json_invalid")
-            return error_response(400, "malformed_json", f"request body is not valid JSON: {e.get('ctx', {}).get('error', e.get('msg'))}")
+            return error_response(
+                400, "malformed_json", f"request body is not valid JSON: {e.get('ctx', {}).get('error', e.get('msg'))}"
+            )
         msgs = []
         for e in errors:
             msg = e["msg"].removeprefix("Value error, ")
@@ -41,9 +43,7 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(AnswerUnavailable)
     async def _unavailable(request: Request, exc: AnswerUnavailable):
-        return error_response(
-            503, "generator_unavailable", str(exc), passages=[p.model_dump() for p in exc.passages]
-        )
+        return error_response(503, "generator_unavailable", str(exc), passages=[p.model_dump() for p in exc.passages])
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException):

@@ -14,11 +14,17 @@ class Metrics:
             "samelang_requests", "HTTP requests", ["route", "method", "status"], registry=self.registry
         )
         self.latency = Histogram(
-            "samelang_request_seconds", "HTTP request latency", ["route"], registry=self.registry,
+            "samelang_request_seconds",
+            "HTTP request latency",
+            ["route"],
+            registry=self.registry,
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
         )
         self.batch = Histogram(
-            "samelang_batch_size", "texts per model call", ["model"], registry=self.registry,
+            "samelang_batch_size",
+            "texts per model call",
+            ["model"],
+            registry=self.registry,
             buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
         )
 

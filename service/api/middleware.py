@@ -37,7 +37,10 @@ class GuardMiddleware:
             token = auth[7:] if auth.lower().startswith("bearer ") else ""
             if not hmac.compare_digest(token.encode(), self.api_key.encode()):
                 return await _send_error(
-                    send, 401, "unauthorized", "missing or wrong API key: send 'Authorization: Bearer <key>'",
+                    send,
+                    401,
+                    "unauthorized",
+                    "missing or wrong API key: send 'Authorization: Bearer <key>'",
                     [(b"www-authenticate", b"Bearer")],
                 )
         if scope["method"] not in JSON_ROUTES_METHODS:
@@ -63,7 +66,9 @@ class GuardMiddleware:
         try:
             body.decode("utf-8")
         except UnicodeDecodeError as e:
-            return await _send_error(send, 400, "invalid_encoding", f"body: not UTF-8 (byte {e.start}): send UTF-8 JSON")
+            return await _send_error(
+                send, 400, "invalid_encoding", f"body: not UTF-8 (byte {e.start}): send UTF-8 JSON"
+            )
         done = False
 
         async def replay():

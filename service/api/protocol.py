@@ -39,8 +39,9 @@ class SearchRequest(_Strict):
     query: Query = Field(..., description="the question, in any language")
     k: int = Field(10, ge=1, le=1000, description="number of hits")
     lang: Lang | None = Field(None, description="query language (ISO 639-1); detected when absent")
-    langs: list[Lang] | None = Field(None, min_length=1, max_length=100, description="restrict to these document languages")
-
+    langs: list[Lang] | None = Field(
+        None, min_length=1, max_length=100, description="restrict to these document languages"
+    )
 
 
 class Hit(BaseModel):
@@ -64,14 +65,12 @@ class RerankDocument(_Strict):
     lang: Lang | None = None
 
 
-
 class RerankRequest(_Strict):
     query: Query = Field(...)
     documents: list[str | RerankDocument] = Field(..., min_length=1)
     top_n: int | None = Field(None, ge=1)
     return_documents: bool = False
     lang: Lang | None = None
-
 
     def normalised_documents(self) -> list[RerankDocument]:
         return [RerankDocument(text=d) if isinstance(d, str) else d for d in self.documents]
@@ -97,7 +96,6 @@ class AnswerRequest(_Strict):
     rerank_k: int = Field(10, ge=1, le=100, description="candidates reranked (<= k)")
     passages: int = Field(2, ge=1, le=10, description="passages given to the generator")
     max_tokens: int = Field(48, ge=1, le=512)
-
 
     @model_validator(mode="after")
     def _bounds(self):
@@ -127,7 +125,6 @@ class LabelledQueryIn(_Strict):
     query: Query = Field(...)
     lang: Lang | None = None
     relevant: list[str] = Field(..., min_length=1, max_length=1000)
-
 
 
 class DiagnoseRequest(_Strict):

@@ -127,7 +127,7 @@ def build_tokenizer(f: E5File, max_length: int):
     )
 
 
-def build_state_dict(f: E5File) -> dict[str, "np.ndarray"]:
+def build_state_dict(f: E5File) -> dict[str, np.ndarray]:
     """Map the engine's tensor names onto ``BertModel`` parameter names."""
     h = f.header
     H, FF = h.hidden, h.ffn

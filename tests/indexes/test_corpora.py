@@ -92,7 +92,10 @@ def test_documents_jsonl(tmp_path):
         + "\n"
     )
     docs = load_documents_jsonl(f)
-    assert [(d.id, d.lang, d.group, d.metadata) for d in docs] == [("1", "fr", "g1", {"url": "u"}), ("b", None, None, {})]
+    assert [(d.id, d.lang, d.group, d.metadata) for d in docs] == [
+        ("1", "fr", "g1", {"url": "u"}),
+        ("b", None, None, {}),
+    ]
 
 
 @pytest.mark.parametrize(

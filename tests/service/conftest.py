@@ -7,6 +7,7 @@ import socket
 import threading
 import time
 from contextlib import contextmanager
+
 import httpx
 import pytest
 import uvicorn
@@ -39,13 +40,6 @@ def running(app):
     finally:
         server.should_exit = True
         thread.join(timeout=30)
-
-
-@pytest.fixture(scope="session")
-def encoder(base_model_path):
-    from service.models.encoder import Encoder
-
-    return Encoder(base_model_path)
 
 
 @pytest.fixture(scope="session")

@@ -44,7 +44,9 @@ def test_rerank_limits(client):
 def test_transport_level_errors(client):
     r = client.post("/search", content=b'{"query": ', headers={"content-type": "application/json"})
     assert r.status_code == 400 and r.json()["error"] == "malformed_json"
-    r = client.post("/search", content='{"query": "café"}'.encode("latin-1"), headers={"content-type": "application/json"})
+    r = client.post(
+        "/search", content='{"query": "café"}'.encode("latin-1"), headers={"content-type": "application/json"}
+    )
     assert r.status_code == 400 and r.json()["error"] == "invalid_encoding"
     big = b'{"query": "' + b"a" * 200_000 + b'"}'
     r = client.post("/search", content=big, headers={"content-type": "application/json"})

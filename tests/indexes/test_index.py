@@ -1,0 +1,159 @@
+"""The on-disk index: FAISS kinds, docstore consistency, manifest checks, add, crash safety.
+
+Vectors come from the real converted base model (``encoder`` fixture); the
+``indexes`` package itself only ever sees an embedding callable."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from indexes.corpora import Document, load_xquad
+from indexes.index import (
+    IndexModelMismatch,
+    IndexNotFound,
+    ModelInfo,
+    add_documents,
+    build_index,
+    index_info,
+    open_index,
+)
+from indexes.langid import get_identifier
+from indexes.vectors import IndexSpec
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def docs():
+    x = load_xquad(["en", "de"], split="test")
+    return x.documents()[:30] + x.documents()[80:110]  # 30 en + 30 de paragraphs
+
+
+@pytest.mark.parametrize("kind", ["flat", "hnsw", "ivf"])
+def test_build_and_search_every_kind(tmp_path, encoder, docs, kind):
+    manifest = build_index(tmp_path / kind, docs, encoder.encode_passages, encoder.info, IndexSpec(kind=kind))
+    assert manifest["n_docs"] == 60 and manifest["counts_per_lang"] == {"en": 30, "de": 30}
+    assert manifest["embedding_model"]["fingerprint"] == encoder.fingerprint and manifest["index"]["kind"] == kind
+    idx = open_index(tmp_path / kind, encoder.info)
+    q = encoder.encode_queries(["Which paragraph talks about " + docs[5].text[:80]])
+    scores, rows = idx.search(q, 5, ef_search=64, nprobe=4)
+    assert rows.shape == (1, 5) and (np.diff(scores[0]) <= 1e-6).all()
+    top = idx.docs.get_rows(rows[0].tolist())
+    assert top[0].group == docs[5].group  # its own paragraph (either language) comes first
+    idx.close()
+
+
+def test_model_mismatch_is_refused_with_a_rebuild_hint(tmp_path, encoder, docs):
+    build_index(tmp_path / "i", docs[:5], encoder.encode_passages, encoder.info)
+    other = ModelInfo("aligned-e5", "f" * 64, encoder.dim)
+    with pytest.raises(IndexModelMismatch) as e:
+        open_index(tmp_path / "i", other)
+    msg = str(e.value)
+    assert encoder.name in msg and "aligned-e5" in msg and "samelang index build" in msg
+    with pytest.raises(IndexNotFound, match="samelang index build"):
+        open_index(tmp_path / "missing", encoder.info)
+
+
+def test_add_documents_keeps_docstore_and_faiss_consistent(tmp_path, encoder, docs):
+    path = tmp_path / "i"
+    build_index(path, docs[:40], encoder.encode_passages, encoder.info)
+    new = [
+        Document("u1", "Le musée du Louvre est le plus grand musée d'art du monde.", None, "louvre", {"src": "user"}),
+        Document("u2", "The Louvre is the world's largest art museum.", "en", "louvre"),
+    ]
+    m = add_documents(path, new, encoder.encode_passages, encoder.info, lambda t: get_identifier().detect_many(t))
+    assert m["n_docs"] == 42 and m["generation"] == 2
+    assert sorted(p.name for p in path.iterdir()) == ["CURRENT", "gen-000002"]
+    idx = open_index(path, encoder.info)
+    assert idx.size == 42
+    u1 = idx.docs.get_rows([40])[0]
+    assert (u1.id, u1.lang, u1.lang_source, u1.metadata) == ("u1", "fr", "detected", {"src": "user"})
+    assert u1.lang_confidence > 0.5
+    scores, rows = idx.search(encoder.encode_queries(["plus grand musée d'art"]), 2)
+    assert set(rows[0].tolist()) == {40, 41}
+    idx.close()
+    with pytest.raises(ValueError, match="already in the index"):
+        add_documents(path, new[:1], encoder.encode_passages, encoder.info)
+    with pytest.raises(IndexModelMismatch):
+        add_documents(path, new, encoder.encode_passages, ModelInfo("x", "0" * 64, encoder.dim))
+    info = index_info(path)
+    assert info["live_generation"] == "gen-000002" and info["size_bytes"] > 0
+
+
+CRASH = textwrap.dedent(
+    """
+    import os, sys
+    from pathlib import Path
+    import indexes.index as I
+    from indexes.corpora import Document
+    from service.models.encoder import Encoder
+
+    step = sys.argv[2]
+    if step == "before-switch":   # new generation fully written, CURRENT not yet switched
+        I.atomic_write_text = lambda *a, **k: os._exit(9)
+    elif step == "mid-write":     # docstore copied and extended, FAISS file not yet written
+        I.V.write = lambda *a, **k: os._exit(9)
+    enc = Encoder(sys.argv[3])
+    I.add_documents(Path(sys.argv[1]), [Document("new", "A brand new document.", "en")], enc.encode_passages, enc.info)
+    """
+)
+
+
+@pytest.mark.parametrize("step", ["mid-write", "before-switch"])
+def test_a_crash_halfway_leaves_the_old_index_usable(tmp_path, encoder, docs, step):
+    path = tmp_path / "i"
+    build_index(path, docs[:10], encoder.encode_passages, encoder.info)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-c", CRASH, str(path), step, str(encoder.path)], env=env,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 9, proc.stderr[-2000:]
+    idx = open_index(path, encoder.info)  # the old generation is still the live one
+    assert idx.generation == "gen-000001" and idx.size == 10 and idx.docs.rows_for_ids(["new"]) == {}
+    idx.close()
+    # and the next add succeeds, clearing the debris
+    m = add_documents(path, [Document("new", "A brand new document.", "en")], encoder.encode_passages, encoder.info)
+    assert m["n_docs"] == 11
+    assert sorted(p.name for p in path.iterdir()) == ["CURRENT", "gen-000002"]
+
+
+def test_cli_build_add_info(tmp_path, base_model_path):
+    corpus = tmp_path / "docs.jsonl"
+    corpus.write_text(
+        "\n".join(
+            json.dumps(d, ensure_ascii=False)
+            for d in [
+                {"id": "a", "text": "Berlin ist die Hauptstadt Deutschlands.", "lang": "de", "group": "g"},
+                {"id": "b", "text": "Berlin is the capital of Germany.", "group": "g"},
+                {"id": "c", "text": "东京是日本的首都。", "lang": "zh"},
+            ]
+        )
+    )
+    more = tmp_path / "more.jsonl"
+    more.write_text(json.dumps({"id": "d", "text": "Paris is the capital of France."}) + "\n")
+    env = {**os.environ, "SAMELANG_MODEL": str(base_model_path)}
+    cli = [sys.executable, "-m", "samelang"]
+    out = tmp_path / "idx"
+    r = subprocess.run(cli + ["index", "build", "--corpus", "jsonl", "--input", str(corpus), "--out", str(out)],
+                       env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads(r.stdout.strip().splitlines()[-1])["counts"] == {"de": 1, "en": 1, "zh": 1}
+    assert "embedding documents" in r.stderr  # the progress bar
+    r = subprocess.run(cli + ["index", "add", str(out), "--input", str(more)], env=env, capture_output=True,
+                       text=True, timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    r = subprocess.run(cli + ["index", "info", str(out)], env=env, capture_output=True, text=True, timeout=60)
+    info = json.loads(r.stdout)
+    assert info["n_docs"] == 4 and info["generation"] == 2 and info["counts_per_lang"]["en"] == 2
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "x"}\n')
+    r = subprocess.run(cli + ["index", "build", "--corpus", "jsonl", "--input", str(bad), "--out", str(tmp_path / "b")],
+                       env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert r.returncode != 0 and "bad.jsonl:1: field 'text'" in r.stderr

@@ -1,0 +1,116 @@
+"""/answer end to end: the embedded generator, the OpenAI-compatible client against a
+real HTTP server (serving the same embedded generator), retries, timeouts and 503s."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from pydantic import BaseModel
+
+from indexes.corpora import load_xquad
+from service.models.generators import GeneratorUnavailable, OpenAIGenerator, TransformersGenerator
+from tests.service.conftest import free_port, make_app, running
+
+
+@pytest.fixture(scope="module")
+def gemma(samelang_home):
+    from service.models.generator import prepare_generator
+
+    return TransformersGenerator(prepare_generator(samelang_home))
+
+
+class Completion(BaseModel):
+    model: str
+    prompt: str
+    max_tokens: int = 16
+    temperature: float = 0.0
+
+
+def openai_stub(gen: TransformersGenerator, fail_first: int = 0, delay: float = 0.0):
+    """A minimal OpenAI-compatible /v1/completions server over the embedded generator."""
+    app = FastAPI()
+    app.state.calls = 0
+
+    @app.post("/v1/completions")
+    def completions(req: Completion):
+        app.state.calls += 1
+        if app.state.calls <= fail_first:
+            return _error()
+        if delay:
+            time.sleep(delay)
+        text = gen.generate(req.prompt, req.max_tokens)
+        return {"id": "cmpl-1", "object": "text_completion", "model": req.model,
+                "choices": [{"index": 0, "text": " " + text, "finish_reason": "stop"}]}  # fmt: skip
+
+    def _error():
+        from fastapi.responses import JSONResponse
+
+        return JSONResponse({"error": {"message": "overloaded"}}, status_code=503)
+
+    return app
+
+
+def zh_question():
+    return next(q for q in load_xquad(["zh"], split="test").questions if q.group == "xquad-23-0")
+
+
+def test_answer_with_the_embedded_generator(service_settings, pipeline, gemma):
+    q = zh_question()
+    with running(make_app(service_settings, pipeline, generator=gemma)) as url:
+        r = httpx.post(f"{url}/answer", json={"query": q.text, "k": 10, "rerank_k": 10}, timeout=300)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["generator"] == "transformers:gemma-3-270m" and body["query_lang"] == "zh"
+    assert body["answer"] and "\n" not in body["answer"]
+    # among equivalent documents the reader's language comes first, and no group is cited twice
+    assert body["passages"][0]["lang"] == "zh" and body["passages"][0]["group"] == q.group
+    groups = [p["group"] for p in body["passages"]]
+    assert len(groups) == len(set(groups))
+    assert body["answer_lang"] == "zh"
+
+
+def test_openai_generator_against_a_real_server(service_settings, pipeline, gemma):
+    stub = openai_stub(gemma, fail_first=1)
+    with running(stub) as llm_url:
+        gen = OpenAIGenerator(llm_url, "gemma-3-270m", timeout=120, retries=2, backoff=0.01)
+        with running(make_app(service_settings, pipeline, generator=gen)) as url:
+            r = httpx.post(f"{url}/answer", json={"query": zh_question().text}, timeout=300)
+        assert r.status_code == 200, r.text
+        assert r.json()["generator"] == "openai:gemma-3-270m" and r.json()["answer"]
+        assert stub.state.calls == 2  # one 503, retried once
+
+
+def test_openai_generator_timeout_and_retries(gemma):
+    stub = openai_stub(gemma, delay=3.0)
+    with running(stub) as llm_url:
+        gen = OpenAIGenerator(llm_url, "m", timeout=0.5, retries=1, backoff=0.01)
+        t0 = time.perf_counter()
+        with pytest.raises(GeneratorUnavailable, match="after 2 attempts"):
+            gen.generate("Question: x\nAnswer:", 4)
+        assert time.perf_counter() - t0 < 3.0
+        assert stub.state.calls == 2
+    stub = openai_stub(gemma, fail_first=10)
+    with running(stub) as llm_url:
+        with pytest.raises(GeneratorUnavailable, match="503"):
+            OpenAIGenerator(llm_url, "m", timeout=5, retries=2, backoff=0.01).generate("x", 4)
+        assert stub.state.calls == 3
+
+
+def test_answer_is_503_with_passages_when_the_generator_is_down(service_settings, pipeline):
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    gen = OpenAIGenerator(dead, "m", timeout=1, retries=1, backoff=0.01)
+    with running(make_app(service_settings, pipeline, generator=gen)) as url:
+        r = httpx.post(f"{url}/answer", json={"query": zh_question().text}, timeout=60)
+    assert r.status_code == 503
+    body = r.json()
+    assert body["error"] == "generator_unavailable" and dead in body["detail"]
+    assert body["passages"] and body["passages"][0]["lang"] == "zh"
+
+
+def test_answer_without_generator_returns_passages(client):
+    r = client.post("/answer", json={"query": zh_question().text})
+    assert r.status_code == 200
+    assert r.json()["answer"] is None and r.json()["generator"] == "none" and len(r.json()["passages"]) == 2

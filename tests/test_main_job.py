@@ -1,0 +1,59 @@
+"""The README's main job, as a user runs it: `samelang serve` on port 8000 and the
+README's curl examples against it. Slow (builds the demo index, loads the generator):
+run with `python -m pytest -m slow`."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def readme_curls() -> list[str]:
+    text = (REPO / "README.md").read_text()
+    api = text[text.index("## API") :]
+    return [c.strip() for c in re.findall(r"^(curl .+?)(?=^\S|\Z)", api, flags=re.M | re.S) if c.strip()]
+
+
+@pytest.mark.slow
+def test_serve_and_readme_examples(samelang_home):
+    with httpx.Client() as probe:
+        try:
+            probe.get("http://127.0.0.1:8000/health", timeout=1)
+            pytest.fail("port 8000 is taken; the README examples need it")
+        except httpx.HTTPError:
+            pass
+    env = {**os.environ, "SAMELANG_HOME": str(samelang_home)}
+    proc = subprocess.Popen([sys.executable, "-m", "samelang", "serve"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.time() + 900
+        while True:
+            assert proc.poll() is None, proc.stdout.read()[-3000:]
+            try:
+                if httpx.get("http://127.0.0.1:8000/ready", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.time() < deadline, "server not ready in 15 minutes"
+            time.sleep(2)
+        curls = readme_curls()
+        assert len(curls) >= 4
+        for cmd in curls:
+            out = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=600)
+            assert out.returncode == 0, (cmd, out.stderr)
+            body = json.loads(out.stdout)
+            assert "error" not in body, (cmd, body)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=60)
