@@ -154,6 +154,8 @@ def serve(
     openai_model: str = typer.Option(None, help="[env: SAMELANG_OPENAI_MODEL]"),
     api_key: str = typer.Option(None, help="[env: SAMELANG_API_KEY] require Bearer auth"),
     device: str = typer.Option(None, help="[env: SAMELANG_DEVICE; default auto] cpu|cuda|auto"),
+    ef_search: int = typer.Option(None, help="[env: SAMELANG_EF_SEARCH] HNSW search depth"),
+    nprobe: int = typer.Option(None, help="[env: SAMELANG_NPROBE] IVF lists probed"),
     home: Path = typer.Option(None, help=HOME_HELP, show_default=False),
 ) -> None:
     """Serve the API: prepares the models and the demo index on first run (cached)."""
@@ -169,7 +171,7 @@ def serve(
 
     flags = dict(host=host, port=port, index=index, demo_langs=demo_langs, model=model, reranker=reranker,
                  generator=generator, openai_url=openai_url, openai_model=openai_model, api_key=api_key,
-                 device=device, home=home)  # fmt: skip
+                 device=device, ef_search=ef_search, nprobe=nprobe, home=home)  # fmt: skip
     cfg = ServiceSettings(**{k: v for k, v in flags.items() if v is not None})
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     model_path = cfg.model or default_biencoder(cfg.home)

@@ -52,6 +52,8 @@ class ServiceSettings(Settings):
     openai_timeout: float = Field(30.0, gt=0)
     openai_retries: int = Field(2, ge=0, le=10)
     api_key: str | None = Field(None, description="if set, every route but /health needs 'Authorization: Bearer <key>'")
+    ef_search: int | None = Field(None, ge=1, description="HNSW search depth (approximate indexes)")
+    nprobe: int | None = Field(None, ge=1, description="IVF lists probed per query (approximate indexes)")
     use_gpu_index: bool = Field(True, description="move the FAISS index to GPU when faiss sees GPUs")
     max_body_bytes: int = Field(2_000_000, ge=1024)
     max_rerank_documents: int = Field(100, ge=1)

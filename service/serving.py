@@ -45,6 +45,14 @@ class Limits:
 
 
 @dataclass
+class SearchParams:
+    """Approximate-index knobs (ignored by exact Flat indexes)."""
+
+    ef_search: int | None = None  # HNSW
+    nprobe: int | None = None  # IVF
+
+
+@dataclass
 class Retrieved:
     query_lang: str | None
     lang_detected: bool
@@ -63,7 +71,7 @@ class Pipeline:
     def replace(self, **changes) -> Pipeline:
         """A pipeline sharing these components except ``changes`` (e.g. another generator)."""
         parts = dict(encoder=self.encoder, index=self.index, reranker=self.reranker, generator=self.generator,
-                     langid=self.langid, limits=self.limits)  # fmt: skip
+                     langid=self.langid, limits=self.limits, search_params=self.search_params)  # fmt: skip
         return Pipeline(**{**parts, **changes})
 
     # -- helpers -----------------------------------------------------------------------------
@@ -73,17 +81,21 @@ class Pipeline:
         det = self.langid.detect(query)
         return (det.lang if det else None), True
 
+    def _faiss(self, qvecs: np.ndarray, k: int):
+        p = self.search_params
+        return self.index.search(qvecs, k, ef_search=p.ef_search, nprobe=p.nprobe)
+
     def _search_rows(self, qvecs: np.ndarray, k: int, langs: list[str] | None):
         """FAISS search with an optional document-language filter (over-fetch until k pass)."""
         n = self.index.size
         if not langs:
-            return self.index.search(qvecs, min(k, n))
+            return self._faiss(qvecs, min(k, n))
         allowed = np.isin(self._doc_langs, langs)
         if not allowed.any():
             return np.zeros((len(qvecs), 0), np.float32), np.zeros((len(qvecs), 0), np.int64)
         depth = min(n, max(k * 4, 64))
         while True:
-            scores, rows = self.index.search(qvecs, depth)
+            scores, rows = self._faiss(qvecs, depth)
             keep = (rows >= 0) & allowed[np.clip(rows, 0, n - 1)]
             if depth >= n or (keep.sum(axis=1) >= k).all():
                 break
@@ -202,7 +214,7 @@ class Pipeline:
         k = min(req.k or n, n, MAX_DIAGNOSE_DEPTH)
         qlangs = [self.query_language(q.query, q.lang)[0] for q in queries]
         qvecs = self.encoder.encode_queries([q.query for q in queries])
-        scores, rows = self.index.search(qvecs, k)
+        scores, rows = self._faiss(qvecs, k)
         # dense score matrix over the pool: retrieved documents keep their rank order, the rest are -inf
         S = np.full((len(queries), n), -np.inf)
         for i in range(len(queries)):

@@ -15,7 +15,7 @@ from fastapi.responses import Response
 from indexes.index import OpenIndex, open_index
 
 from ..config import ServiceSettings
-from ..serving import Limits, Pipeline
+from ..serving import Limits, Pipeline, SearchParams
 from . import errors
 from . import protocol as P
 from .metrics import Metrics, MetricsMiddleware
@@ -58,7 +58,7 @@ def load_components(cfg: ServiceSettings) -> Components:
         generator = NoGenerator()
     langid = get_identifier(tuple(x.strip() for x in cfg.detect_langs.split(",") if x.strip()))
     limits = Limits(cfg.max_rerank_documents, cfg.max_document_chars)
-    pipeline = Pipeline(encoder, index, reranker, generator, langid, limits)
+    pipeline = Pipeline(encoder, index, reranker, generator, langid, limits, SearchParams(cfg.ef_search, cfg.nprobe))
     return Components(pipeline, {"load_seconds": round(time.perf_counter() - t0, 2)})
 
 

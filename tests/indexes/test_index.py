@@ -157,3 +157,17 @@ def test_cli_build_add_info(tmp_path, base_model_path):
     r = subprocess.run(cli + ["index", "build", "--corpus", "jsonl", "--input", str(bad), "--out", str(tmp_path / "b")],
                        env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
     assert r.returncode != 0 and "bad.jsonl:1: field 'text'" in r.stderr
+
+
+def test_gpu_path_is_selected_only_when_gpus_exist(tmp_path, encoder, docs):
+    import faiss
+
+    from indexes.vectors import to_gpu_if_available
+
+    build_index(tmp_path / "i", docs[:5], encoder.encode_passages, encoder.info)
+    idx = open_index(tmp_path / "i", encoder.info, use_gpu=True)
+    gpus = faiss.get_num_gpus() if hasattr(faiss, "get_num_gpus") else 0
+    assert idx.on_gpu is (gpus > 0)
+    same, on_gpu = to_gpu_if_available(idx.faiss_index, use_gpu=False)
+    assert same is idx.faiss_index and on_gpu is False
+    idx.close()
