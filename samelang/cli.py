@@ -9,6 +9,7 @@ from __future__ import annotations
 import typer
 
 from service.cli import index_app, models_app, serve
+from training.cli import eval_app, train_app
 
 app = typer.Typer(
     help="samelang: find the answer in every language, hand the reader the one in theirs.",
@@ -18,6 +19,8 @@ app = typer.Typer(
 app.add_typer(models_app, name="models")
 app.add_typer(index_app, name="index")
 app.command("serve")(serve)
+app.add_typer(train_app, name="train")
+app.add_typer(eval_app, name="eval")
 
 
 def main() -> None:  # pragma: no cover - entry point

@@ -62,10 +62,17 @@ class Retrieved:
 
 class Pipeline:
     def __init__(
-        self, encoder: Encoder, index: OpenIndex, reranker, generator, langid: LanguageIdentifier, limits: Limits
+        self,
+        encoder: Encoder,
+        index: OpenIndex,
+        reranker,
+        generator,
+        langid: LanguageIdentifier,
+        limits: Limits,
+        search_params: SearchParams | None = None,
     ):
         self.encoder, self.index, self.reranker, self.generator = encoder, index, reranker, generator
-        self.langid, self.limits = langid, limits
+        self.langid, self.limits, self.search_params = langid, limits, search_params or SearchParams()
         self._doc_langs = np.array(index.docs.langs(), dtype=object)
 
     def replace(self, **changes) -> Pipeline:

@@ -34,19 +34,35 @@ def model_fingerprint(path: Path) -> str:
     return h.hexdigest()
 
 
+def load_sentence_transformer(path: Path, device: str = "cpu"):
+    """A SentenceTransformer from a full checkpoint, or from a LoRA adapter folder
+    (``adapter_config.json``) applied to the converted base model and merged."""
+    from sentence_transformers import SentenceTransformer
+
+    path = Path(path)
+    if not (path / "adapter_config.json").exists():
+        return SentenceTransformer(str(path), device=device)
+    from peft import PeftModel
+
+    from .base_model import ensure_base_model
+
+    model = SentenceTransformer(str(ensure_base_model()), device=device)
+    transformer = model[0]
+    transformer.model = PeftModel.from_pretrained(transformer.model, str(path)).merge_and_unload()
+    return model
+
+
 class Encoder:
     """A sentence-transformers bi-encoder with e5's ``query: `` / ``passage: `` prompts."""
 
     def __init__(self, path: str | Path, device: str = "cpu", batch_size: int = 32):
-        from sentence_transformers import SentenceTransformer
-
         self.path = Path(path)
-        if not (self.path / "modules.json").exists() and not (self.path / "config.json").exists():
+        if not any((self.path / f).exists() for f in ("modules.json", "config.json", "adapter_config.json")):
             raise FileNotFoundError(
                 f"no bi-encoder checkpoint at {self.path}: run `samelang models prepare` (base model) "
                 "or `samelang train biencoder` (aligned model)"
             )
-        self.model = SentenceTransformer(str(self.path), device=device)
+        self.model = load_sentence_transformer(self.path, device=device)
         self.batch_size = batch_size
         self.name = self.path.name
         self.dim = int(self.model.get_embedding_dimension())

@@ -1,0 +1,82 @@
+"""Training data for the aligned bi-encoder (seed 000): ``(q_en, p_en, p_tgt)`` triplets.
+
+Built from the XQuAD **train** articles only (never a test article): an English
+question, its English gold paragraph, and the same paragraph in a target
+language. A few train articles can be held out as a dev slice for periodic
+evaluation. Optional Tatoeba ``(s_en, s_tgt)`` pairs feed the alignment term
+only. Deterministic under ``seed``.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from indexes.corpora import XQUAD_LANGS, load_split, load_tatoeba, load_xquad
+
+TARGET_LANGS: tuple[str, ...] = tuple(x for x in XQUAD_LANGS if x != "en")
+
+
+@dataclass(frozen=True)
+class Triplet:
+    q_en: str
+    p_en: str
+    p_tgt: str
+    lang: str
+    group: str
+    article: int
+
+
+@dataclass(frozen=True)
+class AlignPair:
+    en: str
+    tgt: str
+    lang: str
+
+
+def dev_articles(n: int = 3) -> tuple[int, ...]:
+    """The last ``n`` train articles: the dev slice (train split, held out of training)."""
+    return tuple(sorted(load_split()["train_articles"])[-n:]) if n else ()
+
+
+def build_triplets(
+    langs=TARGET_LANGS,
+    split: str = "train",
+    seed: int = 0,
+    per_lang: int | None = None,
+    exclude_articles: tuple[int, ...] = (),
+) -> list[Triplet]:
+    """All (or ``per_lang`` sampled) triplets per target language, shuffled."""
+    if split == "test" or split == "all":
+        raise ValueError("training triplets come from the train articles only")
+    langs = tuple(x for x in (langs.split(",") if isinstance(langs, str) else langs) if x != "en")
+    en = load_xquad(["en"], split=split)
+    p_en = {p.group: p.text for p in en.paragraphs}
+    rng = random.Random(seed)
+    out: list[Triplet] = []
+    for lang in langs:
+        p_tgt = {p.group: p.text for p in load_xquad([lang], split=split).paragraphs}
+        rows = [
+            Triplet(q.text, p_en[q.group], p_tgt[q.group], lang, q.group, q.article)
+            for q in en.questions
+            if q.article not in exclude_articles
+        ]
+        if per_lang is not None and per_lang < len(rows):
+            rows = rng.sample(rows, per_lang)
+        out += rows
+    rng.shuffle(out)
+    return out
+
+
+def build_align_pairs(langs=TARGET_LANGS, seed: int = 0, per_lang: int | None = None) -> list[AlignPair]:
+    """Tatoeba English/target sentence pairs for the L_JSD term."""
+    langs = [x for x in (langs.split(",") if isinstance(langs, str) else langs) if x != "en"]
+    rng = random.Random(seed)
+    out = []
+    for lang in langs:
+        rows = [AlignPair(p.en, p.tgt, lang) for p in load_tatoeba([lang])]
+        if per_lang is not None and per_lang < len(rows):
+            rows = rng.sample(rows, per_lang)
+        out += rows
+    rng.shuffle(out)
+    return out
