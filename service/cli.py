@@ -58,7 +58,7 @@ def _encoder(model: Path | None, home: Path | None, device: str | None, batch_si
 
     cfg = _s(home=home, device=device)
     dev = "cuda" if cfg.device == "cuda" else ("cpu" if cfg.device == "cpu" else _auto_device())
-    return Encoder(model or default_biencoder(cfg.home), device=dev, batch_size=batch_size)
+    return Encoder(model or default_biencoder(cfg.home), device=dev, batch_size=batch_size, home=cfg.home)
 
 
 def _auto_device() -> str:
@@ -176,7 +176,7 @@ def serve(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     model_path = cfg.model or default_biencoder(cfg.home)
     if cfg.index is None:
-        ensure_demo_index(cfg.home, cfg.demo_langs, Encoder(model_path, device=cfg.torch_device()))
+        ensure_demo_index(cfg.home, cfg.demo_langs, Encoder(model_path, device=cfg.torch_device(), home=cfg.home))
     if cfg.generator == "transformers" and cfg.generator_model is None:
         prepare_generator(cfg.home)
     typer.echo(f"samelang: loading models and index, then serving on http://{cfg.host}:{cfg.port} ...")

@@ -73,11 +73,12 @@ def eval_biencoder_cmd(
     from .evaluation.biencoder import embed_xquad, evaluate, markdown
 
     cfg = settings(home=home)
-    paths = ([ensure_base_model(cfg.home)] if base else []) + list(model or [])
+    base_path = ensure_base_model(cfg.home)
+    paths = ([base_path] if base else []) + list(model or [])
     results = {}
     for path in paths:
-        enc = Encoder(path)
-        name = "base" if path == ensure_base_model(cfg.home) else Path(path).name
+        enc = Encoder(path, home=cfg.home)
+        name = "base" if path == base_path else Path(path).name
         results[name] = evaluate(embed_xquad(enc, cfg.home / "cache"))
         del enc
     table = markdown(results)

@@ -34,7 +34,7 @@ def model_fingerprint(path: Path) -> str:
     return h.hexdigest()
 
 
-def load_sentence_transformer(path: Path, device: str = "cpu"):
+def load_sentence_transformer(path: Path, device: str = "cpu", home: Path | None = None):
     """A SentenceTransformer from a full checkpoint, or from a LoRA adapter folder
     (``adapter_config.json``) applied to the converted base model and merged."""
     from sentence_transformers import SentenceTransformer
@@ -46,7 +46,7 @@ def load_sentence_transformer(path: Path, device: str = "cpu"):
 
     from .base_model import ensure_base_model
 
-    model = SentenceTransformer(str(ensure_base_model()), device=device)
+    model = SentenceTransformer(str(ensure_base_model(home)), device=device)
     transformer = model[0]
     transformer.model = PeftModel.from_pretrained(transformer.model, str(path)).merge_and_unload()
     return model
@@ -55,14 +55,14 @@ def load_sentence_transformer(path: Path, device: str = "cpu"):
 class Encoder:
     """A sentence-transformers bi-encoder with e5's ``query: `` / ``passage: `` prompts."""
 
-    def __init__(self, path: str | Path, device: str = "cpu", batch_size: int = 32):
+    def __init__(self, path: str | Path, device: str = "cpu", batch_size: int = 32, home: Path | None = None):
         self.path = Path(path)
         if not any((self.path / f).exists() for f in ("modules.json", "config.json", "adapter_config.json")):
             raise FileNotFoundError(
                 f"no bi-encoder checkpoint at {self.path}: run `samelang models prepare` (base model) "
                 "or `samelang train biencoder` (aligned model)"
             )
-        self.model = load_sentence_transformer(self.path, device=device)
+        self.model = load_sentence_transformer(self.path, device=device, home=home)
         self.batch_size = batch_size
         self.name = self.path.name
         self.dim = int(self.model.get_embedding_dimension())

@@ -11,11 +11,16 @@ from .base_model import ensure_base_model
 from .generator import generator_dir
 
 REPO_MODELS = Path(__file__).resolve().parents[2] / "models"
+ALIGNED_BIENCODER = REPO_MODELS / "e5-small-aligned"
 
 
 def default_biencoder(home: Path) -> Path:
-    """The best bi-encoder available locally: the base model until a trained one ships."""
-    return ensure_base_model(home)
+    """The best bi-encoder available locally: the committed aligned adapter (seed 000)
+    when the repository ships one, else the converted base model."""
+    base = ensure_base_model(home)
+    if (ALIGNED_BIENCODER / "adapter_config.json").exists():
+        return ALIGNED_BIENCODER
+    return base
 
 
 def default_generator_path(home: Path) -> Path:

@@ -62,11 +62,11 @@ def pipeline(encoder, xquad_test_index):
 
 
 @pytest.fixture(scope="session")
-def service_settings(samelang_home, xquad_test_index):
+def service_settings(samelang_home, xquad_test_index, base_model_path):
     from service.config import ServiceSettings
 
     return ServiceSettings(
-        home=samelang_home, index=xquad_test_index, generator="none", max_body_bytes=100_000,
+        home=samelang_home, model=base_model_path, index=xquad_test_index, generator="none", max_body_bytes=100_000,
         max_rerank_documents=20, max_document_chars=5000,
     )  # fmt: skip
 
