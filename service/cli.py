@@ -57,14 +57,9 @@ def _encoder(model: Path | None, home: Path | None, device: str | None, batch_si
     from .models.registry import default_biencoder
 
     cfg = _s(home=home, device=device)
-    dev = "cuda" if cfg.device == "cuda" else ("cpu" if cfg.device == "cpu" else _auto_device())
-    return Encoder(model or default_biencoder(cfg.home), device=dev, batch_size=batch_size, home=cfg.home)
-
-
-def _auto_device() -> str:
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    return Encoder(
+        model or default_biencoder(cfg.home), device=cfg.torch_device(), batch_size=batch_size, home=cfg.home
+    )
 
 
 def _env(name: str) -> str:

@@ -26,6 +26,13 @@ class Settings(BaseSettings):
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="torch device for the encoders")
     threads: int | None = Field(None, ge=1, description="torch intra-op threads (default: torch's choice)")
 
+    def torch_device(self) -> str:
+        if self.device != "auto":
+            return self.device
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+
 
 def settings(**flags) -> Settings:
     """Settings from the environment, overridden by the CLI ``flags`` that were given (not None)."""
@@ -61,10 +68,3 @@ class ServiceSettings(Settings):
     detect_langs: str = Field(
         "en,ar,de,el,es,hi,ro,ru,th,tr,vi,zh,fr,it,pt,nl,ja,ko", description="candidate languages for detection"
     )
-
-    def torch_device(self) -> str:
-        if self.device != "auto":
-            return self.device
-        import torch
-
-        return "cuda" if torch.cuda.is_available() else "cpu"
