@@ -44,7 +44,7 @@ def load_components(cfg: ServiceSettings) -> Components:
     encoder = Encoder(cfg.model or default_biencoder(cfg.home), device=device, home=cfg.home)
     index: OpenIndex = open_index(cfg.index or default_index_path(cfg), encoder.info, use_gpu=cfg.use_gpu_index)
     reranker = (
-        CrossEncoderReranker(cfg.reranker, device=device, max_length=cfg.reranker_max_length)
+        CrossEncoderReranker(cfg.reranker, device=device, max_length=cfg.reranker_max_length, home=cfg.home)
         if cfg.reranker
         else CosineReranker(encoder)
     )

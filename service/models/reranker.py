@@ -11,21 +11,45 @@ from .encoder import Encoder
 BI_ENCODER_COSINE = "bi-encoder-cosine"
 
 
+def load_cross_encoder(path: Path, device: str = "cpu", max_length: int = 256, home: Path | None = None):
+    """A sentence-transformers ``CrossEncoder`` from a full checkpoint, or from a LoRA adapter folder
+    (``adapter_config.json``, with the trained pooler and head) applied to the converted base model
+    and merged, so inference runs a plain model."""
+    from sentence_transformers import CrossEncoder
+
+    path = Path(path)
+    if not (path / "adapter_config.json").exists():
+        return CrossEncoder(str(path), device=device, max_length=max_length, num_labels=1)
+    from peft import PeftModel
+
+    from .base_model import ensure_base_model
+
+    model = CrossEncoder(str(ensure_base_model(home)), device=device, max_length=max_length, num_labels=1)
+    transformer = model[0]
+    transformer.model = PeftModel.from_pretrained(transformer.model, str(path)).merge_and_unload()
+    return model.eval()
+
+
 class CrossEncoderReranker:
-    """Any sentence-transformers ``CrossEncoder`` checkpoint (one output score)."""
+    """Any sentence-transformers ``CrossEncoder`` checkpoint (one output score), or a LAMAR adapter."""
 
     kind = "cross-encoder"
 
-    def __init__(self, path: str | Path, device: str = "cpu", max_length: int = 256, batch_size: int = 32):
-        from sentence_transformers import CrossEncoder
-
+    def __init__(
+        self,
+        path: str | Path,
+        device: str = "cpu",
+        max_length: int = 256,
+        batch_size: int = 32,
+        home: Path | None = None,
+    ):
         self.path = Path(path)
-        if not (self.path / "config.json").exists():
+        if not any((self.path / f).exists() for f in ("config.json", "adapter_config.json")):
             raise FileNotFoundError(
                 f"no cross-encoder checkpoint at {self.path}: train one with `samelang train reranker`, "
                 "or leave the reranker unset to rerank by bi-encoder cosine"
             )
-        self.model = CrossEncoder(str(self.path), device=device, max_length=max_length, num_labels=1)
+        self.model = load_cross_encoder(self.path, device=device, max_length=max_length, home=home)
         self.name = self.path.name
         self.batch_size = batch_size
 

@@ -1,0 +1,76 @@
+"""LAMAR training data (Algorithms 1 and 2) on the vendored XQuAD: balanced, parallel, train-only."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from indexes.corpora import XQUAD_LANGS, load_split, load_xquad
+from training.data import dev_articles
+from training.reranker_data import build_coherence_groups, build_distill_instances, lang_pair
+
+DEV = dev_articles(3)
+
+
+@pytest.fixture(scope="module")
+def texts():
+    full = load_xquad()
+    return {(p.lang, p.group): p.text for p in full.paragraphs}, {(q.lang, q.id): q for q in full.questions}
+
+
+def test_lang_pair_cycles_the_ordered_cartesian_product():
+    langs = ("en", "zh", "th")
+    pairs = [lang_pair(c, langs) for c in range(9)]
+    assert len(set(pairs)) == 9 and pairs[0] == ("en", "en") and pairs[5] == ("zh", "th")
+    assert lang_pair(9, langs) == ("en", "en")
+
+
+def test_distill_instances_follow_algorithm_1(texts):
+    paragraphs, questions = texts
+    data = build_distill_instances(seed=0, n_sampled=3, exclude_articles=DEV)
+    n_questions = sum(1 for q in load_xquad(["en"], split="train").questions if q.article not in DEV)
+    assert len(data) == 4 * n_questions
+    train = set(load_split()["train_articles"]) - set(DEV)
+    for x in data[:500]:
+        # teacher and student read the same query and document identities, in English and in (q_lang, d_lang)
+        q_en = questions[("en", x.qid)]
+        assert x.q_en == q_en.text and x.query == questions[(x.q_lang, x.qid)].text
+        assert x.d_en == paragraphs[("en", x.doc_group)] and x.doc == paragraphs[(x.d_lang, x.doc_group)]
+        assert x.gold == (x.doc_group == q_en.group) and int(x.doc_group.split("-")[1]) in train
+    per_q = Counter(x.qid for x in data if x.gold)
+    assert set(per_q.values()) == {1}  # one gold document per question and round; sampled ones are others
+    # every ordered language pair, same-language included, for the gold and for the sampled documents
+    for gold in (True, False):
+        pairs = Counter((x.q_lang, x.d_lang) for x in data if x.gold == gold)
+        assert len(pairs) == 144 and max(pairs.values()) - min(pairs.values()) <= 3 * (1 + (not gold))
+    assert data == build_distill_instances(seed=0, n_sampled=3, exclude_articles=DEV)
+    assert data != build_distill_instances(seed=1, n_sampled=3, exclude_articles=DEV)
+
+
+def test_coherence_groups_follow_algorithm_2(texts):
+    paragraphs, questions = texts
+    groups = build_coherence_groups(seed=0, repeats=3, exclude_articles=DEV)
+    assert Counter(Counter(g.qid for g in groups).values()) == {3: len(groups) // 3}
+    pairs = Counter((g.src, g.tgt) for g in groups)
+    assert len(pairs) == 144 and max(pairs.values()) - min(pairs.values()) <= 1
+    for g in groups[:300]:
+        assert g.query == questions[(g.src, g.qid)].text
+        assert g.docs == (
+            paragraphs[(g.src, g.pos_group)], paragraphs[(g.tgt, g.pos_group)],
+            paragraphs[(g.src, g.neg_group)], paragraphs[(g.tgt, g.neg_group)],
+        )  # fmt: skip
+        # the hard negative: another paragraph of the same article
+        assert g.neg_group != g.pos_group and g.neg_group.split("-")[1] == g.pos_group.split("-")[1]
+    test = set(load_split()["test_articles"]) | set(DEV)
+    assert not any(int(g.pos_group.split("-")[1]) in test for g in groups)
+
+
+def test_builders_refuse_test_articles_and_need_english():
+    with pytest.raises(ValueError, match="train articles only"):
+        build_distill_instances(split="test")
+    with pytest.raises(ValueError, match="train articles only"):
+        build_coherence_groups(split="all")
+    with pytest.raises(ValueError, match="'en'"):
+        build_coherence_groups(langs=["zh", "th"])
+    assert len(XQUAD_LANGS) == 12

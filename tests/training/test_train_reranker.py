@@ -1,0 +1,67 @@
+"""Two-step CPU runs of both LAMAR stages on the real base model with LoRA: they finish, change
+the weights, write adapter + head, card, arguments and manifest, and the service's
+CrossEncoder loader scores exactly as the trained module does."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from safetensors.numpy import load_file
+
+from training.reranker import RerankerArgs, RerankerModule, train_reranker
+
+
+@pytest.fixture(scope="module")
+def stages(tmp_path_factory, base_model_path, samelang_home):
+    root = tmp_path_factory.mktemp("lamar")
+    common = dict(langs="en,zh", batch_size=2, max_steps=2, max_length=48, dev_questions=0, device="cpu")
+    s1 = RerankerArgs(out=root / "stage1", stage=1, n_sampled=1, **common)
+    train_reranker(s1, home=samelang_home, log=lambda *a: None)
+    s2 = RerankerArgs(out=root / "stage2", stage=2, init=str(root / "stage1"), lr=1e-2, **common)
+    train_reranker(s2, home=samelang_home, log=lambda *a: None)
+    return s1, s2
+
+
+def test_both_stages_train_and_save(stages):
+    s1, s2 = stages
+    w1, w2 = load_file(s1.out / "adapter_model.safetensors"), load_file(s2.out / "adapter_model.safetensors")
+    lora_b = [v for k, v in w1.items() if "lora_B" in k]
+    assert lora_b and max(abs(v).max() for v in lora_b) > 0  # LoRA B starts at zero: non-zero means trained
+    heads = [k for k in w1 if "classifier" in k or "pooler" in k]
+    assert len(heads) == 4  # the new pooler and head travel with the adapter
+    assert w1.keys() == w2.keys() and any(not np.array_equal(w1[k], w2[k]) for k in w1)  # stage 2 moved on
+    h1 = json.loads((s1.out / "history.json").read_text())
+    h2 = json.loads((s2.out / "history.json").read_text())
+    assert [h["step"] for h in h1] == [1, 2] and all(h["distill"] > 0 for h in h1)
+    assert all(h["rank"] > 0 and h["lc"] > 0 and h["loss"] == pytest.approx(h["rank"] + h["lc"]) for h in h2)
+    targs = json.loads((s2.out / "training_args.json").read_text())
+    assert targs["stage"] == 2 and targs["n_instances"] > 0 and targs["lambda_lc"] == 2.0
+    assert json.loads((s2.out / "samelang_manifest.json").read_text())["kind"] == "cross-encoder-lora-adapter"
+    card = (s2.out / "README.md").read_text()
+    assert "samelang train reranker --stage 2" in card and f"--init {s1.out}" in card
+    assert not (s2.out / "checkpoints").exists()
+
+
+def test_service_loader_scores_like_the_trained_module(stages, samelang_home):
+    from service.models.reranker import CrossEncoderReranker
+
+    _, s2 = stages
+    module = RerankerModule(RerankerArgs(out=s2.out, stage=2, init=str(s2.out), max_length=48), samelang_home)
+    query = "Wie viele Punkte gab die Verteidigung der Panthers ab?"
+    docs = ["The Panthers defense gave up just 308 points.", "黑豹队的防守只丢了308分。", "Paris is in France."]
+    with torch.no_grad():
+        want = torch.sigmoid(module.eval()([query] * 3, docs)).numpy()
+    got = CrossEncoderReranker(s2.out, max_length=48, home=samelang_home).score(query, docs)
+    np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def test_arguments_are_checked(tmp_path):
+    with pytest.raises(ValueError, match="--stage"):
+        RerankerArgs(out=tmp_path, stage=3)
+    with pytest.raises(ValueError, match="--init"):
+        RerankerArgs(out=tmp_path, stage=2)
+    with pytest.raises(ValueError, match="--objective"):
+        RerankerArgs(out=tmp_path, stage=2, init="x", objective="nope")

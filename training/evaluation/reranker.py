@@ -1,0 +1,218 @@
+"""Evaluation of a (language-aware) reranker on the XQuAD test articles (seed 002).
+
+Queries: the test questions (374 per language, or the first ``max_questions`` of
+them for a quick CPU run), in each of the 12 languages.
+
+1. Oracle language coherence (section 2, table 3): candidates = the gold paragraph
+   in all 12 languages; relevant = the one in the query's language. nDCG@1,
+   nDCG@10, MRR@10 overall and per query language, the mean rank of the
+   same-language paragraph, and the top-1 document-language matrix.
+2. Retrieved candidates (table 6): the top-20 of the pool of all 240 x 12
+   paragraphs by the retriever's cosine, reranked; relevant = the gold paragraph in
+   the query's language. R@20 (the retriever's), nDCG@1, nDCG@10, MRR@10.
+3. Relevance kept (Mono-Same): the top-20 of the query's own-language pool (240),
+   reranked; nDCG@10.
+
+Every (query, paragraph) pair the three tasks need is scored once. A scorer is
+``score(pairs) -> scores`` over ``Pair`` keys; the reference "no reranker" scorer is
+the retriever's own cosine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from indexes.corpora import XQUAD_LANGS, load_xquad
+from service import metrics as M
+
+from .biencoder import Embeddings
+
+TOP_K = 20
+
+
+class Pair(NamedTuple):
+    q_lang: str
+    q: int  # index into the test questions
+    d_lang: str
+    p: int  # index into the 240 paragraphs (file order)
+
+
+Scorer = Callable[[list[Pair]], np.ndarray]
+
+
+@dataclass
+class Texts:
+    paragraphs: dict[str, list[str]]  # lang -> 240 paragraphs, file order
+    questions: dict[str, list[str]]  # lang -> test questions
+
+
+def load_texts(langs=XQUAD_LANGS) -> Texts:
+    return Texts(
+        {x: [p.text for p in load_xquad([x]).paragraphs] for x in langs},
+        {x: [q.text for q in load_xquad([x], split="test").questions] for x in langs},
+    )
+
+
+def cosine_scorer(emb: Embeddings) -> Scorer:
+    """The retriever's cosine as the score: the reference with no reranker."""
+
+    def score(pairs: list[Pair]) -> np.ndarray:
+        return np.array([float(emb.queries[a][q] @ emb.passages[b][p]) for a, q, b, p in pairs], dtype=np.float64)
+
+    return score
+
+
+def cross_encoder_scorer(reranker, texts: Texts, batch_size: int = 64) -> Scorer:
+    """A ``CrossEncoderReranker`` (or any object with a sentence-transformers ``model.predict``)."""
+
+    def score(pairs: list[Pair]) -> np.ndarray:
+        inputs = [(texts.questions[a][q], texts.paragraphs[b][p]) for a, q, b, p in pairs]
+        out = reranker.model.predict(inputs, batch_size=batch_size, show_progress_bar=True, convert_to_numpy=True)
+        return np.asarray(out, dtype=np.float64).reshape(-1)
+
+    return score
+
+
+def _candidates(emb: Embeddings, langs, n_q: int) -> dict:
+    """Retrieval candidates by cosine: top-20 of the 12-language pool and of the own-language pool."""
+    pool = np.concatenate([emb.passages[x] for x in langs])
+    owner = [(x, i) for x in langs for i in range(len(emb.passages[x]))]
+    out = {}
+    for ql in langs:
+        Q = emb.queries[ql][:n_q]
+        top_all = np.argsort(-(Q @ pool.T), axis=1, kind="stable")[:, :TOP_K]
+        top_own = np.argsort(-(Q @ emb.passages[ql].T), axis=1, kind="stable")[:, :TOP_K]
+        out[ql] = (
+            [[owner[j] for j in row] for row in top_all],
+            [[(ql, int(j)) for j in row] for row in top_own],
+        )
+    return out
+
+
+def evaluate_reranker(scorer: Scorer, emb: Embeddings, max_questions: int | None = None, langs=XQUAD_LANGS) -> dict:
+    """All three tasks for one scorer; ``emb`` is the retriever's embeddings (candidates)."""
+    langs = list(langs)
+    n_q = min(len(emb.gold), max_questions or len(emb.gold))
+    gold = emb.gold[:n_q]
+    cands = _candidates(emb, langs, n_q)
+    needed: set[Pair] = set()
+    for ql in langs:
+        for i in range(n_q):
+            needed.update(Pair(ql, i, dl, int(gold[i])) for dl in langs)
+            for lst in cands[ql]:
+                needed.update(Pair(ql, i, dl, p) for dl, p in lst[i])
+    keys = sorted(needed)
+    values = scorer(keys)
+    S = dict(zip(keys, values, strict=True))
+
+    oracle_rows, retrieved, mono = {}, {}, {}
+    all_scores, all_ql = [], []
+    for ql in langs:
+        so = np.array([[S[Pair(ql, i, dl, int(gold[i]))] for dl in langs] for i in range(n_q)])
+        ro = np.zeros_like(so)
+        ro[:, langs.index(ql)] = 1
+        oracle_rows[ql] = {
+            "ndcg_at_1": 100 * float(M.ndcg_at_k(so, ro, 1).mean()),
+            "ndcg_at_10": 100 * float(M.ndcg_at_k(so, ro, 10).mean()),
+            "mrr_at_10": 100 * float(M.mrr_at_k(so, ro, 10).mean()),
+            "mean_rank_same_lang": float(M.rank_of(so, np.full(n_q, langs.index(ql))).mean()),
+        }
+        all_scores.append(so)
+        all_ql += [ql] * n_q
+        for name, idx, store in (("all", 0, retrieved), ("own", 1, mono)):
+            lists = [cands[ql][idx][i] for i in range(n_q)]
+            sr = np.array([[S[Pair(ql, i, dl, p)] for dl, p in lists[i]] for i in range(n_q)])
+            rr = np.array([[float(dl == ql and p == gold[i]) for dl, p in lists[i]] for i in range(n_q)])
+            found = rr.sum(1) > 0
+            # the relevant paragraph, when the retriever missed it, sits below every candidate (rank 21)
+            sr = np.concatenate([sr, np.full((n_q, 1), -np.inf)], axis=1)
+            rr = np.concatenate([rr, (~found)[:, None].astype(float)], axis=1)
+            if name == "all":
+                store[ql] = {
+                    "recall_at_20": 100 * float(found.mean()),
+                    "ndcg_at_1": 100 * float(M.ndcg_at_k(sr, rr, 1).mean()),
+                    "ndcg_at_10": 100 * float(M.ndcg_at_k(sr, rr, 10).mean()),
+                    "mrr_at_10": 100 * float(M.mrr_at_k(sr, rr, 10).mean()),
+                }
+            else:
+                store[ql] = {"ndcg_at_10": 100 * float(M.ndcg_at_k(sr, rr, 10).mean())}
+    scores = np.concatenate(all_scores)
+    matrix, rows, cols = M.top1_language_matrix(scores, all_ql, langs, langs)
+
+    def avg(d: dict, metric: str) -> float:
+        return float(np.mean([v[metric] for v in d.values()]))
+
+    return {
+        "n_questions_per_lang": n_q,
+        "n_pairs_scored": len(keys),
+        "oracle": {
+            "per_lang": oracle_rows,
+            **{m: avg(oracle_rows, m) for m in ("ndcg_at_1", "ndcg_at_10", "mrr_at_10", "mean_rank_same_lang")},
+            "top1_matrix": {"rows": rows, "cols": cols, "percent": matrix.round(2).tolist()},
+        },
+        "retrieved": {
+            "per_lang": retrieved,
+            **{m: avg(retrieved, m) for m in ("recall_at_20", "ndcg_at_1", "ndcg_at_10", "mrr_at_10")},
+        },
+        "mono_same": {"per_lang": mono, "ndcg_at_10": avg(mono, "ndcg_at_10")},
+    }
+
+
+def markdown(results: dict[str, dict]) -> str:
+    """One row per scorer (name -> ``evaluate_reranker`` output), then oracle per language."""
+    lines = [
+        "| reranker | oracle nDCG@1 | oracle nDCG@10 | oracle MRR@10 | mean rank same-lang | retrieved R@20 "
+        "| retrieved nDCG@1 | retrieved nDCG@10 | retrieved MRR@10 | Mono-Same nDCG@10 | questions/lang |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, r in results.items():
+        o, t = r["oracle"], r["retrieved"]
+        lines.append(
+            f"| {name} | {o['ndcg_at_1']:.2f} | {o['ndcg_at_10']:.2f} | {o['mrr_at_10']:.2f} "
+            f"| {o['mean_rank_same_lang']:.2f} | {t['recall_at_20']:.2f} | {t['ndcg_at_1']:.2f} "
+            f"| {t['ndcg_at_10']:.2f} | {t['mrr_at_10']:.2f} | {r['mono_same']['ndcg_at_10']:.2f} "
+            f"| {r['n_questions_per_lang']} |"
+        )
+    langs = list(next(iter(results.values()))["oracle"]["per_lang"])
+    lines += ["", "Oracle nDCG@1 per query language:", ""]
+    lines.append("| reranker | " + " | ".join(langs) + " |")
+    lines.append("|---|" + "---|" * len(langs))
+    for name, r in results.items():
+        per = r["oracle"]["per_lang"]
+        lines.append(f"| {name} | " + " | ".join(f"{per[x]['ndcg_at_1']:.1f}" for x in langs) + " |")
+    return "\n".join(lines)
+
+
+def heatmap_png(result: dict, title: str) -> bytes:
+    """The top-1 document-language matrix (rows: query language, columns: document language) as PNG."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    m = result["oracle"]["top1_matrix"]
+    data = np.array(m["percent"])
+    fig, ax = plt.subplots(figsize=(7, 6), dpi=110)
+    im = ax.imshow(data, cmap="Blues", vmin=0, vmax=100)
+    ax.set_xticks(range(len(m["cols"])), m["cols"])
+    ax.set_yticks(range(len(m["rows"])), m["rows"])
+    ax.set_xlabel("language of the top-1 document")
+    ax.set_ylabel("query language")
+    ax.set_title(title)
+    for i in range(data.shape[0]):
+        for j in range(data.shape[1]):
+            if data[i, j] >= 0.5:
+                ax.text(j, i, f"{data[i, j]:.0f}", ha="center", va="center", fontsize=7,
+                        color="white" if data[i, j] > 60 else "black")  # fmt: skip
+    fig.colorbar(im, ax=ax, label="% of queries")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return buf.getvalue()

