@@ -10,9 +10,9 @@ fixed seeds, and ``training_args.json`` + a model card saved with the model.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
-import math
 import os
 import random
 import shutil
@@ -30,7 +30,7 @@ from indexes.corpora import load_xquad
 from service import metrics as M
 from service.models.base_model import PASSAGE_PREFIX, QUERY_PREFIX, ensure_base_model, read_manifest
 
-from .data import TARGET_LANGS, build_align_pairs, build_triplets, dev_articles
+from .data import TARGET_LANGS, build_align_pairs, build_triplets, dev_articles, group_unique_batches
 from .losses import InfoNCELoss, JSDLoss
 
 LOSSES = ("jsd+nce", "nce", "jsd", "nce-psg")
@@ -199,7 +199,11 @@ def train_biencoder(args: BiencoderArgs, log=print) -> Path:
     dev = dev_articles(args.dev_n_articles)
     triplets = build_triplets(args.langs, "train", args.seed, args.per_lang, exclude_articles=dev)
     align = build_align_pairs(args.langs, args.seed, args.tatoeba_per_lang) if args.tatoeba_per_lang else []
-    steps_per_epoch = math.ceil(len(triplets) / (args.batch_size * world))
+    groups = [t.group for t in triplets]
+    epoch_batches = functools.lru_cache(maxsize=2)(
+        lambda epoch: group_unique_batches(groups, args.batch_size, args.seed + epoch)
+    )
+    steps_per_epoch = max(1, len(epoch_batches(0)) // world)
     total = args.max_steps or max(1, int(steps_per_epoch * args.epochs))
     module = BiEncoderModule(base, args).to(device)
     module.train()
@@ -232,10 +236,8 @@ def train_biencoder(args: BiencoderArgs, log=print) -> Path:
     bar = tqdm(total=total, initial=step, desc=f"train biencoder ({args.loss})", disable=rank != 0)
     while step < total:
         epoch, pos = divmod(step, steps_per_epoch)
-        order = list(range(len(triplets)))
-        random.Random(args.seed + epoch).shuffle(order)
-        start = (pos * world + rank) * args.batch_size
-        batch = [triplets[i] for i in order[start : start + args.batch_size]]
+        batches = epoch_batches(epoch)  # the count can differ by one or two between epochs: wrap
+        batch = [triplets[i] for i in batches[(pos * world + rank) % len(batches)]]
         abatch = [align[(step * args.batch_size + i) % len(align)] for i in range(args.batch_size)] if align else None
         with _autocast(device, args.precision):
             parts = compute_loss(fwd if ddp else module, args.loss, batch, jsd, nce, abatch)

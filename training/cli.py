@@ -7,6 +7,8 @@ from pathlib import Path
 
 import typer
 
+from indexes.corpora import XQUAD_LANGS
+
 train_app = typer.Typer(help="Train the models (CPU for small runs, GPUs via torchrun).", no_args_is_help=True)
 eval_app = typer.Typer(help="Evaluate on the held-out XQuAD test articles.", no_args_is_help=True)
 
@@ -54,6 +56,88 @@ def train_biencoder_cmd(
     typer.echo(f"model: {train_biencoder(args)}")
 
 
+@train_app.command("reranker")
+def train_reranker_cmd(
+    out: Path = typer.Option(..., envvar=_env("out"), help="Output folder (adapter + head, or full model)."),
+    stage: int = typer.Option(1, envvar=_env("stage"), help="1: English-anchored distillation; 2: alignment."),
+    init: str = typer.Option(
+        None, envvar=_env("init"), help="Stage 1: base path or hub id (default: the base); stage 2: stage-1 DIR."
+    ),
+    teacher: str = typer.Option(
+        "cosine", envvar=_env("teacher"), help="Stage 1 teacher: 'cosine' (base bi-encoder) or a CrossEncoder path/id."
+    ),
+    langs: str = typer.Option(",".join(XQUAD_LANGS), envvar=_env("langs"), help="Languages (en required)."),
+    n_sampled: int = typer.Option(3, envvar=_env("n_sampled"), help="Stage 1: sampled documents per question."),
+    rounds: int = typer.Option(1, envvar=_env("rounds"), help="Stage 1: sampling rounds per question."),
+    repeats: int = typer.Option(1, envvar=_env("repeats"), help="Stage 2: groups per question (R)."),
+    lambda_lc: float = typer.Option(2.0, envvar=_env("lambda_lc"), help="Stage 2: weight of L_LC."),
+    objective: str = typer.Option("full", envvar=_env("objective"), help="Stage 2: full | no-lc | no-rank."),
+    epochs: float = typer.Option(1.0, envvar=_env("epochs")),
+    max_steps: int = typer.Option(None, envvar=_env("max_steps"), help="Stop after this many steps."),
+    batch_size: int = typer.Option(16, envvar=_env("batch_size"), help="Pairs (stage 1) or groups (stage 2)."),
+    lr: float = typer.Option(2e-4, envvar=_env("lr")),
+    full: bool = typer.Option(False, "--full", envvar=_env("full"), help="Full fine-tune instead of LoRA."),
+    lora_r: int = typer.Option(16, envvar=_env("lora_r")),
+    max_length: int = typer.Option(256, envvar=_env("max_length")),
+    precision: str = typer.Option("auto", envvar=_env("precision"), help="auto | bf16 | fp32."),
+    seed: int = typer.Option(0, envvar=_env("seed")),
+    dev_questions: int = typer.Option(6, envvar=_env("dev_questions"), help="Dev-slice questions (0: none)."),
+    eval_every: int = typer.Option(50, envvar=_env("eval_every")),
+    save_every: int = typer.Option(50, envvar=_env("save_every")),
+    device: str = typer.Option("auto", envvar=_env("device")),
+    no_resume: bool = typer.Option(False, "--no-resume", help="Ignore checkpoints in --out."),
+    home: Path = typer.Option(None, help="[env: SAMELANG_HOME]"),
+) -> None:
+    """Train the LAMAR cross-encoder: stage 1 (distillation) or stage 2 (ADR-MSE + language coherence)."""
+    from .reranker import RerankerArgs, train_reranker
+
+    try:
+        args = RerankerArgs(
+            out=out, stage=stage, init=init, teacher=teacher, langs=langs, n_sampled=n_sampled, rounds=rounds,
+            repeats=repeats, lambda_lc=lambda_lc, objective=objective, epochs=epochs, max_steps=max_steps,
+            batch_size=batch_size, lr=lr, full=full, lora_r=lora_r, max_length=max_length, precision=precision,
+            seed=seed, dev_questions=dev_questions, eval_every=eval_every, save_every=save_every, device=device,
+            resume=not no_resume,
+        )  # fmt: skip
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from e
+    typer.echo(f"model: {train_reranker(args, home=home)}")
+
+
+EVAL_HEADING = "## Evaluation (XQuAD test articles)"
+
+
+def _write_card_evaluation(model_dir: Path, body: str) -> None:
+    """Replace the evaluation section of a model card (README.md), keeping the sections around it."""
+    from indexes.atomic import atomic_write_text
+
+    card = model_dir / "README.md"
+    text = card.read_text() if card.exists() else f"# {model_dir.name}\n"
+    head, _, rest = text.partition(EVAL_HEADING)
+    later = rest[rest.index("\n## ") + 1 :] if "\n## " in rest else ""
+    head = head.rstrip("\n") + "\n\n"
+    atomic_write_text(card, head + f"{EVAL_HEADING}\n\n{body}" + ("\n" + later if later else ""))
+
+
+def _evaluate(models: list[Path], with_base: bool, home: Path | None, names: list[str] | None = None) -> dict:
+    """``evaluate`` for the base model (optional) and each model folder, in order."""
+    from service.config import settings
+    from service.models.base_model import ensure_base_model
+    from service.models.encoder import Encoder
+
+    from .evaluation.biencoder import embed_xquad, evaluate
+
+    cfg = settings(home=home)
+    base_path = ensure_base_model(cfg.home)
+    names = (["base"] if with_base else []) + (names or [Path(m).name for m in models])
+    results = {}
+    for name, path in zip(names, ([base_path] if with_base else []) + models, strict=True):
+        enc = Encoder(path, home=cfg.home)
+        results[name] = evaluate(embed_xquad(enc, cfg.home / "cache"))
+        del enc
+    return results
+
+
 @eval_app.command("biencoder")
 def eval_biencoder_cmd(
     model: list[Path] = typer.Option(None, envvar="SAMELANG_MODEL", help="Model folder(s); repeat to compare."),
@@ -66,21 +150,10 @@ def eval_biencoder_cmd(
 ) -> None:
     """Multi (Comp@10, Max@R, Max@R_norm), Mono-Same and Mono-Cross on the XQuAD test articles."""
     from indexes.atomic import atomic_write_text
-    from service.config import settings
-    from service.models.base_model import ensure_base_model
-    from service.models.encoder import Encoder
 
-    from .evaluation.biencoder import embed_xquad, evaluate, markdown
+    from .evaluation.biencoder import markdown
 
-    cfg = settings(home=home)
-    base_path = ensure_base_model(cfg.home)
-    paths = ([base_path] if base else []) + list(model or [])
-    results = {}
-    for path in paths:
-        enc = Encoder(path, home=cfg.home)
-        name = "base" if path == base_path else Path(path).name
-        results[name] = evaluate(embed_xquad(enc, cfg.home / "cache"))
-        del enc
+    results = _evaluate(list(model or []), base, home)
     table = markdown(results)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "results.json", json.dumps(results, indent=2))
@@ -88,8 +161,113 @@ def eval_biencoder_cmd(
     typer.echo(table)
     if card:
         for path in model or []:
-            card_path = Path(path) / "README.md"
-            text = card_path.read_text() if card_path.exists() else f"# {Path(path).name}\n"
-            head = text.split("## Evaluation (XQuAD test articles)")[0]
-            tail = "\n\nData: XQuAD (CC-BY-SA 4.0). Base model: MIT.\n"
-            atomic_write_text(card_path, head + "## Evaluation (XQuAD test articles)\n\n" + table + tail)
+            _write_card_evaluation(Path(path), table + "\n\nData: XQuAD (CC-BY-SA 4.0). Base model: MIT.\n")
+            # the numbers themselves, for the score regression (tests/regressions)
+            name = Path(path).name
+            scores = {"base": results["base"], name: results[name]} if "base" in results else {name: results[name]}
+            atomic_write_text(Path(path) / "eval_results.json", json.dumps(scores, indent=2) + "\n")
+
+
+ABLATION_LOSSES = "jsd+nce,nce,jsd,nce-psg"
+
+
+@eval_app.command("biencoder-ablation", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def eval_ablation_cmd(
+    ctx: typer.Context,
+    runs: Path = typer.Option(
+        Path("runs/ablation"), envvar="SAMELANG_ABLATION_RUNS", help="One sub-folder per loss setting."
+    ),
+    losses: str = typer.Option(ABLATION_LOSSES, help="Comma-separated loss settings."),
+    home: Path = typer.Option(None, help="[env: SAMELANG_HOME]"),
+) -> None:
+    """The seed's ablation from one command: train each loss setting with the same flags, evaluate all.
+
+    Extra arguments go to ``samelang train biencoder`` unchanged (same budget for every
+    setting), e.g. ``samelang eval biencoder-ablation -- --per-lang 256 --max-length 128``.
+    A setting whose folder already holds a finished model is evaluated, not retrained.
+    """
+    from typer.main import get_command
+
+    from indexes.atomic import atomic_write_text
+
+    from .evaluation.biencoder import markdown, markdown_ablation
+
+    names = [x.strip() for x in losses.split(",") if x.strip()]
+    train = get_command(train_app)
+    info = {}
+    for loss in names:
+        folder = runs / loss
+        if not (folder / "training_args.json").exists():
+            typer.echo(f"training {loss} -> {folder}")
+            train.main(["biencoder", "--out", str(folder), "--loss", loss, *ctx.args], standalone_mode=False)
+        targs = json.loads((folder / "training_args.json").read_text())
+        if targs["loss"] != loss:
+            raise typer.BadParameter(f"{folder} holds a model trained with --loss {targs['loss']}", param_hint="--runs")
+        steps = len(json.loads((folder / "history.json").read_text()))
+        info[loss] = {**targs, "steps": steps}
+    budgets = {(i["batch_size"], i["steps"], i["max_length"], i["lr"], i["per_lang"]) for i in info.values()}
+    results = _evaluate([runs / x for x in names], True, home, names)
+    table = markdown_ablation(results, info)
+    if len(budgets) > 1:
+        table += "\n\nWARNING: the runs do not share one budget (batch, steps, max length, lr, per-lang differ)."
+    atomic_write_text(runs / "ablation.json", json.dumps({"runs": info, "results": results}, indent=2))
+    atomic_write_text(runs / "ablation.md", table + "\n\n" + markdown(results) + "\n")
+    typer.echo(table)
+
+
+@eval_app.command("reranker")
+def eval_reranker_cmd(
+    model: list[Path] = typer.Option(
+        None, envvar="SAMELANG_RERANKER", help="Cross-encoder folder(s); repeat to compare (e.g. the ablations)."
+    ),
+    retriever: Path = typer.Option(
+        None, envvar="SAMELANG_MODEL", help="Bi-encoder giving the top-20 candidates (default: the served one)."
+    ),
+    reference: bool = typer.Option(
+        True, "--reference/--no-reference", help="Add the no-reranker row (the retriever's cosine as the score)."
+    ),
+    max_questions: int = typer.Option(
+        None, envvar="SAMELANG_EVAL_MAX_QUESTIONS", help="First N test questions per language (CPU runs); all: 374."
+    ),
+    max_length: int = typer.Option(256, envvar="SAMELANG_RERANKER_MAX_LENGTH"),
+    batch_size: int = typer.Option(64, envvar="SAMELANG_EVAL_BATCH_SIZE"),
+    out: Path = typer.Option(Path("runs/eval-reranker"), envvar="SAMELANG_EVAL_OUT", help="JSON, Markdown, PNGs."),
+    card: bool = typer.Option(False, "--card", help="Write the table into each model's README.md card."),
+    home: Path = typer.Option(None, help="[env: SAMELANG_HOME]"),
+) -> None:
+    """Oracle language coherence, reranking of retrieved top-20, Mono-Same: XQuAD test articles."""
+    from indexes.atomic import atomic_write_bytes, atomic_write_text
+    from service.config import settings
+    from service.models.encoder import Encoder
+    from service.models.registry import default_biencoder
+    from service.models.reranker import CrossEncoderReranker
+
+    from .evaluation import reranker as ev
+    from .evaluation.biencoder import embed_xquad
+
+    cfg = settings(home=home)
+    retriever = retriever or default_biencoder(cfg.home)
+    emb = embed_xquad(Encoder(retriever, home=cfg.home), cfg.home / "cache")
+    results = {}
+    if reference:
+        results[f"no reranker ({Path(retriever).name} cosine)"] = ev.evaluate_reranker(
+            ev.cosine_scorer(emb), emb, max_questions
+        )
+    texts = ev.load_texts()
+    for path in model or []:
+        reranker = CrossEncoderReranker(path, max_length=max_length, home=cfg.home)
+        results[Path(path).name] = ev.evaluate_reranker(
+            ev.cross_encoder_scorer(reranker, texts, batch_size), emb, max_questions
+        )
+        del reranker
+    table = ev.markdown(results)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "results.json", json.dumps({"retriever": str(retriever), "results": results}, indent=2))
+    atomic_write_text(out / "results.md", table + "\n")
+    for name, r in results.items():
+        slug = "".join(c if c.isalnum() or c in "-_." else "-" for c in name)
+        atomic_write_bytes(out / f"top1-languages-{slug}.png", ev.heatmap_png(r, name))
+    typer.echo(table)
+    if card:
+        for path in model or []:
+            _write_card_evaluation(Path(path), f"Retriever: `{Path(retriever).name}`.\n\n{table}\n")

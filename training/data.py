@@ -68,6 +68,35 @@ def build_triplets(
     return out
 
 
+def group_unique_batches(groups: list[str], batch_size: int, seed: int) -> list[list[int]]:
+    """Shuffle, then pack indices into batches in which no paragraph group repeats.
+
+    InfoNCE uses the other rows of a batch as negatives. XQuAD has ~5 questions per
+    paragraph and each question is paired with 11 target languages, so a plain
+    shuffled batch of 16 holds on average about one row whose "negative" is in fact
+    the same paragraph (or the very same English question): a false negative that
+    pushes queries away from their own gold passage. Like sentence-transformers'
+    ``NoDuplicatesBatchSampler``, a row whose group is already in the batch waits
+    for the next one. Every index appears exactly once; only the last batch may be
+    short. Deterministic under ``seed``.
+    """
+    order = list(range(len(groups)))
+    random.Random(seed).shuffle(order)
+    batches: list[list[int]] = []
+    pending = order
+    while pending:
+        batch, seen, rest = [], set(), []
+        for i in pending:
+            if len(batch) < batch_size and groups[i] not in seen:
+                batch.append(i)
+                seen.add(groups[i])
+            else:
+                rest.append(i)
+        batches.append(batch)
+        pending = rest
+    return batches
+
+
 def build_align_pairs(langs=TARGET_LANGS, seed: int = 0, per_lang: int | None = None) -> list[AlignPair]:
     """Tatoeba English/target sentence pairs for the L_JSD term."""
     langs = [x for x in (langs.split(",") if isinstance(langs, str) else langs) if x != "en"]

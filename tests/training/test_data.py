@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 from indexes.corpora import load_split
-from training.data import TARGET_LANGS, build_align_pairs, build_triplets, dev_articles
+from training.data import TARGET_LANGS, build_align_pairs, build_triplets, dev_articles, group_unique_batches
 
 
 def test_triplets_cover_every_target_language_and_no_test_article():
@@ -35,3 +35,14 @@ def test_triplets_are_deterministic_and_exclude_dev():
 def test_align_pairs():
     pairs = build_align_pairs(["th", "zh"], per_lang=20, seed=1)
     assert Counter(p.lang for p in pairs) == {"th": 20, "zh": 20}
+
+
+def test_group_unique_batches_hold_no_false_negatives():
+    # the real training set: ~19 triplets per paragraph group, so plain shuffled batches collide
+    trip = build_triplets(seed=0, per_lang=256, exclude_articles=dev_articles(3))
+    groups = [t.group for t in trip]
+    batches = group_unique_batches(groups, 16, seed=0)
+    assert sorted(i for b in batches for i in b) == list(range(len(trip)))  # every triplet once
+    assert all(len({groups[i] for i in b}) == len(b) for b in batches)  # no group twice in a batch
+    assert all(len(b) == 16 for b in batches[:-3])  # only the tail runs short
+    assert batches == group_unique_batches(groups, 16, seed=0) != group_unique_batches(groups, 16, seed=1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from training.evaluation.biencoder import Embeddings, evaluate, markdown
+from training.evaluation.biencoder import Embeddings, evaluate, markdown, markdown_ablation
 
 
 def planted(shift_tgt: float) -> Embeddings:
@@ -40,3 +40,13 @@ def test_misalignment_is_found_late_and_gets_worse_with_it():
     assert 2 < m1["max_r"] < m2["max_r"] and m2["max_r"] > 40
     assert 100 > m1["comp_at_10"] > m2["comp_at_10"] and m2["max_r_norm"] < 60
     assert strong["worst_setting"]["max_r_norm"] <= m2["max_r_norm"]
+
+
+def test_ablation_table_has_one_row_per_setting_with_its_budget():
+    good, bad = evaluate(planted(0.0)), evaluate(planted(30.0))
+    runs = {"jsd+nce": {"steps": 178, "batch_size": 16, "train_seconds": 1800.0}}
+    table = markdown_ablation({"base": bad, "jsd+nce": good}, runs).splitlines()
+    assert len(table) == 4
+    assert table[2].startswith("| base |") and "| - | - |" in table[2]
+    row = table[3]
+    assert row.startswith("| L_JSD + L_NCE (ours) | 100.00 | 2.00 | 100.00 |") and "| 178 x 16 | 30.0 |" in row

@@ -149,5 +149,33 @@ def markdown(results: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
+ABLATION_LABELS = {
+    "jsd+nce": "L_JSD + L_NCE (ours)",
+    "nce": "w/o L_JSD (L_NCE only)",
+    "jsd": "w/o L_NCE (L_JSD only)",
+    "nce-psg": "L_NCEpsg (p_en <-> p_tgt)",
+}
+
+
+def markdown_ablation(results: dict[str, dict], runs: dict[str, dict] | None = None) -> str:
+    """One row per loss setting (name -> ``evaluate`` output); ``runs`` adds each run's budget."""
+    runs = runs or {}
+    lines = [
+        "| loss setting | Comp@10 | Max@R | Max@R_norm | worst Max@R_norm | largest gap | Mono-Same nDCG@10 "
+        "| Mono-Cross nDCG@10 | steps x batch | train min |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, r in results.items():
+        a, info = r["multi_average"], runs.get(name, {})
+        budget = f"{info['steps']} x {info['batch_size']}" if info else "-"
+        minutes = f"{info['train_seconds'] / 60:.1f}" if info else "-"
+        lines.append(
+            f"| {ABLATION_LABELS.get(name, name)} | {a['comp_at_10']:.2f} | {a['max_r']:.2f} | {a['max_r_norm']:.2f} "
+            f"| {r['worst_setting']['max_r_norm']:.2f} | {r['largest_gap']['gap']:.2f} "
+            f"| {r['mono_same_ndcg10_avg']:.2f} | {r['mono_cross_ndcg10_avg']:.2f} | {budget} | {minutes} |"
+        )
+    return "\n".join(lines)
+
+
 def save(results: dict, path: Path) -> None:
     atomic_write_bytes(path, json.dumps(results, indent=2).encode())
