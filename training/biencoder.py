@@ -11,13 +11,10 @@ fixed seeds, and ``training_args.json`` + a model card saved with the model.
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
-import os
-import random
 import shutil
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -25,11 +22,12 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from indexes.atomic import atomic_dir, atomic_write_text
+from indexes.atomic import atomic_write_text
 from indexes.corpora import load_xquad
 from service import metrics as M
-from service.models.base_model import PASSAGE_PREFIX, QUERY_PREFIX, ensure_base_model, read_manifest
+from service.models.base_model import PASSAGE_PREFIX, QUERY_PREFIX, ensure_base_model
 
+from . import loop
 from .data import TARGET_LANGS, build_align_pairs, build_triplets, dev_articles, group_unique_batches
 from .losses import InfoNCELoss, JSDLoss
 
@@ -38,67 +36,18 @@ LORA_TARGETS = ["query", "key", "value", "attention.output.dense", "intermediate
 
 
 @dataclass
-class BiencoderArgs:
-    out: Path
+class BiencoderArgs(loop.TrainerArgs):
     base: str | None = None  # path or hub id; default: the converted multilingual-e5-small
     langs: str = ",".join(TARGET_LANGS)
     loss: str = "jsd+nce"
-    epochs: float = 1.0
-    max_steps: int | None = None
-    batch_size: int = 16
-    lr: float = 2e-4
-    warmup: float = 0.1
-    weight_decay: float = 0.0
     temperature: float = 0.05
     per_lang: int | None = 256  # triplets per target language (seed: 2.8k in all)
     tatoeba_per_lang: int = 0  # extra (s_en, s_tgt) pairs per language for L_JSD
-    full: bool = False  # full fine-tune instead of LoRA
-    lora_r: int = 16
-    lora_alpha: int = 32
-    lora_dropout: float = 0.05
-    max_length: int = 256
-    precision: str = "auto"  # auto | bf16 | fp32
-    seed: int = 0
-    dev_n_articles: int = 3
-    eval_every: int = 50
-    save_every: int = 100
-    resume: bool = True
-    device: str = "auto"
-    extra: dict = field(default_factory=dict)
 
     def __post_init__(self):
+        super().__post_init__()
         if self.loss not in LOSSES:
             raise ValueError(f"--loss must be one of {LOSSES}, got {self.loss!r}")
-        self.out = Path(self.out)
-
-
-def _seed_all(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
-def _dist() -> tuple[int, int, int]:
-    """(rank, world size, local rank) under torchrun, else (0, 1, 0)."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world > 1 and not torch.distributed.is_initialized():
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
-        torch.distributed.init_process_group(backend)
-    return int(os.environ.get("RANK", "0")), world, int(os.environ.get("LOCAL_RANK", "0"))
-
-
-def _device(name: str, local_rank: int) -> torch.device:
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    return torch.device(f"cuda:{local_rank}" if name == "cuda" else "cpu")
-
-
-def _autocast(device: torch.device, precision: str):
-    # CPU autocast to bf16 makes the backward pass ~30x slower here (measured): bf16 only on GPU by default
-    use_bf16 = precision == "bf16" or (precision == "auto" and device.type == "cuda")
-    if not use_bf16:
-        return torch.autocast(device.type, enabled=False)
-    return torch.autocast(device.type, dtype=torch.bfloat16)
 
 
 class BiEncoderModule(torch.nn.Module):
@@ -186,15 +135,10 @@ def dev_eval(module, device, langs: list[str], articles: tuple[int, ...]) -> dic
     return out
 
 
-def _latest_checkpoint(out: Path) -> Path | None:
-    ckpts = sorted((out / "checkpoints").glob("step-*"), key=lambda p: int(p.name.split("-")[1]))
-    return ckpts[-1] if ckpts else None
-
-
 def train_biencoder(args: BiencoderArgs, log=print) -> Path:
-    rank, world, local_rank = _dist()
-    device = _device(args.device, local_rank)
-    _seed_all(args.seed)
+    rank, world, local_rank = loop.dist()
+    device = loop.device_for(args.device, local_rank)
+    loop.seed_all(args.seed)
     base = args.base or str(ensure_base_model())
     dev = dev_articles(args.dev_n_articles)
     triplets = build_triplets(args.langs, "train", args.seed, args.per_lang, exclude_articles=dev)
@@ -206,57 +150,29 @@ def train_biencoder(args: BiencoderArgs, log=print) -> Path:
     steps_per_epoch = max(1, len(epoch_batches(0)) // world)
     total = args.max_steps or max(1, int(steps_per_epoch * args.epochs))
     module = BiEncoderModule(base, args).to(device)
-    module.train()
-    params = [p for p in module.parameters() if p.requires_grad]
-    ddp = None
-    if world > 1:
-        ddp = torch.nn.parallel.DistributedDataParallel(
-            module, device_ids=[local_rank] if device.type == "cuda" else None
-        )
-    opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=args.weight_decay)
-    warm = int(args.warmup * total)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: (s + 1) / max(1, warm) if s < warm else max(0.0, (total - s) / max(1, total - warm))
-    )
+    fwd, params, opt, sched, step, history = loop.setup(module, args, total, device, local_rank, world, log)
     jsd, nce = JSDLoss(), InfoNCELoss(args.temperature)
-    step, history = 0, []
-    ckpt = _latest_checkpoint(args.out) if args.resume else None
-    if ckpt is not None:
-        state = torch.load(ckpt / "state.pt", map_location=device, weights_only=False)
-        module.load_state_dict(state["model"], strict=False)
-        opt.load_state_dict(state["optimizer"])
-        sched.load_state_dict(state["scheduler"])
-        step, history = state["step"], state["history"]
-        torch.set_rng_state(state["torch_rng"])
-        random.setstate(state["py_rng"])
-        log(f"resumed from {ckpt} at step {step}")
     dev_langs = [x for x in ("zh", "ar", "hi") if x in args.langs.split(",")] or args.langs.split(",")[:2]
     t0 = time.perf_counter()
-    fwd = ddp or module
     bar = tqdm(total=total, initial=step, desc=f"train biencoder ({args.loss})", disable=rank != 0)
     while step < total:
         epoch, pos = divmod(step, steps_per_epoch)
         batches = epoch_batches(epoch)  # the count can differ by one or two between epochs: wrap
         batch = [triplets[i] for i in batches[(pos * world + rank) % len(batches)]]
         abatch = [align[(step * args.batch_size + i) % len(align)] for i in range(args.batch_size)] if align else None
-        with _autocast(device, args.precision):
-            parts = compute_loss(fwd if ddp else module, args.loss, batch, jsd, nce, abatch)
-        opt.zero_grad(set_to_none=True)
-        parts["loss"].backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        sched.step()
+        with loop.autocast(device, args.precision):
+            parts = compute_loss(fwd, args.loss, batch, jsd, nce, abatch)
         step += 1
+        rec = loop.optimiser_step(parts, params, opt, sched, step)
         bar.update(1)
-        bar.set_postfix({k: f"{v.item():.4f}" for k, v in parts.items()})
-        rec = {"step": step, **{k: float(v.item()) for k, v in parts.items()}, "lr": sched.get_last_lr()[0]}
+        bar.set_postfix({k: f"{v:.4f}" for k, v in rec.items() if k not in ("step", "lr")})
         if rank == 0 and dev and (step % args.eval_every == 0 or step == total):
-            with _autocast(device, args.precision):
+            with loop.autocast(device, args.precision):
                 rec["dev"] = dev_eval(module, device, dev_langs, dev)
             log(f"step {step}: dev Max@R_norm {rec['dev']['avg_max_r_norm']:.2f}")
         history.append(rec)
         if rank == 0 and (step % args.save_every == 0) and step < total:
-            _save_checkpoint(args.out, step, module, opt, sched, history)
+            loop.save_checkpoint(args.out, step, module, opt, sched, history)
     bar.close()
     seconds = time.perf_counter() - t0
     if rank == 0:
@@ -265,29 +181,6 @@ def train_biencoder(args: BiencoderArgs, log=print) -> Path:
     if world > 1:
         torch.distributed.barrier()
     return args.out
-
-
-def _save_checkpoint(out: Path, step: int, module, opt, sched, history) -> None:
-    trainable = {k: v for k, v in module.state_dict().items() if "lora_" in k} or module.state_dict()
-    with atomic_dir(out / "checkpoints" / f"step-{step:06d}") as tmp:
-        torch.save(
-            {
-                "model": trainable, "optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "step": step,
-                "history": history, "torch_rng": torch.get_rng_state(), "py_rng": random.getstate(),
-            },
-            tmp / "state.pt",
-        )  # fmt: skip
-    for old in sorted((out / "checkpoints").glob("step-*"))[:-2]:
-        shutil.rmtree(old, ignore_errors=True)
-
-
-def _sha256_dir(path: Path, names: tuple[str, ...]) -> str:
-    h = hashlib.sha256()
-    for n in names:
-        f = path / n
-        if f.exists():
-            h.update(f.read_bytes())
-    return h.hexdigest()
 
 
 def _save_final(args: BiencoderArgs, module, base: str, history, seconds: float, n_triplets: int, world: int) -> None:
@@ -304,34 +197,14 @@ def _save_final(args: BiencoderArgs, module, base: str, history, seconds: float,
         module.model.save_pretrained(final)
         cfg = json.loads((final / "adapter_config.json").read_text())
         cfg["base_model_name_or_path"] = "intfloat/multilingual-e5-small (converted by `samelang models prepare`)"
+        if isinstance(cfg.get("target_modules"), list):  # peft writes a set: fix the order, so the checksum is stable
+            cfg["target_modules"] = sorted(cfg["target_modules"])
         (final / "adapter_config.json").write_text(json.dumps(cfg, indent=2))
         weights = ("adapter_model.safetensors", "adapter_config.json")
-    base_manifest = read_manifest(Path(base)) or {}
-    training_args = {
-        **{k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(args).items()},
-        "base_resolved": base_manifest.get("upstream", base),
-        "n_triplets": n_triplets,
-        "world_size": world,
-        "train_seconds": round(seconds, 1),
-        "torch": torch.__version__,
-    }
-    (final / "training_args.json").write_text(json.dumps(training_args, indent=2))
-    (final / "history.json").write_text(json.dumps(history))
-    manifest = {
-        "name": args.out.name,
-        "kind": "lora-adapter" if not args.full else "full",
-        "base": "multilingual-e5-small",
-        "source_sha256": base_manifest.get("source_sha256"),
-        ("adapter_sha256" if not args.full else "weights_sha256"): _sha256_dir(final, weights),
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
-    (final / "samelang_manifest.json").write_text(json.dumps(manifest, indent=2))
-    for item in final.iterdir():
-        target = args.out / item.name
-        if target.is_dir():
-            shutil.rmtree(target)
-        os.replace(item, target)
-    final.rmdir()
+    kind = "lora-adapter" if not args.full else "full"
+    counts = {"n_triplets": n_triplets}
+    training_args = loop.write_run_files(final, args, base, history, seconds, world, counts, kind, weights)
+    loop.replace_contents(final, args.out)
     atomic_write_text(args.out / "README.md", model_card(args, training_args, None))
 
 

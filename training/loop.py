@@ -7,12 +7,42 @@ import hashlib
 import os
 import random
 import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from indexes.atomic import atomic_dir
+
+
+@dataclass
+class TrainerArgs:
+    """The options every trainer shares (each trainer's dataclass adds its own)."""
+
+    out: Path
+    epochs: float = 1.0
+    max_steps: int | None = None
+    batch_size: int = 16
+    lr: float = 2e-4
+    warmup: float = 0.1
+    weight_decay: float = 0.0
+    full: bool = False  # full fine-tune instead of LoRA
+    lora_r: int = 16
+    lora_alpha: int = 32
+    lora_dropout: float = 0.05
+    max_length: int = 256
+    precision: str = "auto"  # auto | bf16 | fp32
+    seed: int = 0
+    dev_n_articles: int = 3
+    eval_every: int = 50
+    save_every: int = 100
+    resume: bool = True
+    device: str = "auto"
+    extra: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.out = Path(self.out)
 
 
 def seed_all(seed: int) -> None:
@@ -99,3 +129,73 @@ def replace_contents(src: Path, dst: Path) -> None:
             shutil.rmtree(target)
         os.replace(item, target)
     src.rmdir()
+
+
+def setup(module, args, total: int, device, local_rank: int, world: int, log=print):
+    """AdamW over the trainable parameters, warm-up + linear decay, DDP when ``world > 1``, and
+    the latest checkpoint in ``args.out`` restored when ``args.resume``.
+
+    Returns ``(fwd, params, opt, sched, step, history)``; ``fwd`` is the module to call (DDP-wrapped)."""
+    module.train()
+    params = [p for p in module.parameters() if p.requires_grad]
+    fwd = module
+    if world > 1:
+        fwd = torch.nn.parallel.DistributedDataParallel(
+            module, device_ids=[local_rank] if device.type == "cuda" else None
+        )
+    opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=args.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_linear(total, args.warmup))
+    step, history = 0, []
+    ckpt = latest_checkpoint(args.out) if args.resume else None
+    if ckpt is not None:
+        step, history = load_checkpoint(ckpt, module, opt, sched, device)
+        log(f"resumed from {ckpt} at step {step}")
+    return fwd, params, opt, sched, step, history
+
+
+def optimiser_step(parts: dict, params, opt, sched, step: int) -> dict:
+    """Backward on ``parts["loss"]``, clip to norm 1, step; returns the step's record for the history."""
+    opt.zero_grad(set_to_none=True)
+    parts["loss"].backward()
+    torch.nn.utils.clip_grad_norm_(params, 1.0)
+    opt.step()
+    sched.step()
+    return {"step": step, **{k: float(v.item()) for k, v in parts.items()}, "lr": sched.get_last_lr()[0]}
+
+
+def write_run_files(
+    final: Path, args, base: str, history: list, seconds: float, world: int, counts: dict, kind: str,
+    weights: tuple[str, ...],
+) -> dict:  # fmt: skip
+    """``training_args.json`` (the arguments, the resolved base, counts, timing), ``history.json`` and
+    ``samelang_manifest.json`` (checksums: what the service's model fingerprint reads) in ``final``."""
+    import json
+    import time
+    from dataclasses import asdict
+
+    import torch
+
+    from service.models.base_model import read_manifest
+
+    base_manifest = read_manifest(Path(base)) or {}
+    training_args = {
+        **{k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(args).items()},
+        "base_resolved": base_manifest.get("upstream", base),
+        **counts,
+        "world_size": world,
+        "train_seconds": round(seconds, 1),
+        "torch": torch.__version__,
+    }
+    (final / "training_args.json").write_text(json.dumps(training_args, indent=2))
+    (final / "history.json").write_text(json.dumps(history))
+    adapter = (final / "adapter_config.json").exists()
+    manifest = {
+        "name": args.out.name,
+        "kind": kind,
+        "base": "multilingual-e5-small",
+        "source_sha256": base_manifest.get("source_sha256"),
+        ("adapter_sha256" if adapter else "weights_sha256"): sha256_files(final, weights),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    (final / "samelang_manifest.json").write_text(json.dumps(manifest, indent=2))
+    return training_args

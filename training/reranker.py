@@ -23,7 +23,7 @@ import io
 import json
 import shutil
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +33,7 @@ from tqdm.auto import tqdm
 from indexes.atomic import atomic_write_bytes, atomic_write_text
 from indexes.corpora import XQUAD_LANGS, load_xquad
 from service.config import settings
-from service.models.base_model import ensure_base_model, read_manifest
+from service.models.base_model import ensure_base_model
 
 from . import loop
 from .data import dev_articles
@@ -47,8 +47,7 @@ GROUP_LABELS = (1.0, 1.0, 0.0, 0.0)
 
 
 @dataclass
-class RerankerArgs:
-    out: Path
+class RerankerArgs(loop.TrainerArgs):
     stage: int = 1
     init: str | None = None  # stage 1: base path or hub id (default: converted e5-small); stage 2: stage-1 folder
     teacher: str = "cosine"  # "cosine" (the base bi-encoder's English cosine) or a CrossEncoder checkpoint
@@ -58,29 +57,11 @@ class RerankerArgs:
     repeats: int = 1  # stage 2: groups (language-pair assignments) per question
     lambda_lc: float = 2.0
     objective: str = "full"  # stage 2: full | no-lc | no-rank
-    epochs: float = 1.0
-    max_steps: int | None = None
-    batch_size: int = 16  # pairs (stage 1) or groups (stage 2) per step and process
-    lr: float = 2e-4
-    warmup: float = 0.1
-    weight_decay: float = 0.0
-    full: bool = False
-    lora_r: int = 16
-    lora_alpha: int = 32
-    lora_dropout: float = 0.05
-    max_length: int = 256
-    precision: str = "auto"
-    seed: int = 0
-    dev_n_articles: int = 3
     dev_questions: int = 6
-    eval_every: int = 50
     save_every: int = 50
-    resume: bool = True
-    device: str = "auto"
-    extra: dict = field(default_factory=dict)
 
     def __post_init__(self):
-        self.out = Path(self.out)
+        super().__post_init__()
         if self.stage not in (1, 2):
             raise ValueError(f"--stage must be 1 or 2, got {self.stage}")
         if self.objective not in OBJECTIVES:
@@ -259,21 +240,7 @@ def train_reranker(args: RerankerArgs, home: Path | None = None, log=print) -> P
     steps_per_epoch = max(1, len(data) // (args.batch_size * world))
     total = args.max_steps or max(1, int(steps_per_epoch * args.epochs))
     module = RerankerModule(args, home).to(device)
-    module.train()
-    params = [p for p in module.parameters() if p.requires_grad]
-    ddp = None
-    if world > 1:
-        ddp = torch.nn.parallel.DistributedDataParallel(
-            module, device_ids=[local_rank] if device.type == "cuda" else None
-        )
-    opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=args.weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, loop.warmup_linear(total, args.warmup))
-    step, history = 0, []
-    ckpt = loop.latest_checkpoint(args.out) if args.resume else None
-    if ckpt is not None:
-        step, history = loop.load_checkpoint(ckpt, module, opt, sched, device)
-        log(f"resumed from {ckpt} at step {step}")
-    fwd = ddp or module
+    fwd, params, opt, sched, step, history = loop.setup(module, args, total, device, local_rank, world, log)
     t0 = time.perf_counter()
     bar = tqdm(total=total, initial=step, desc=f"train reranker (stage {args.stage})", disable=rank != 0)
     while step < total:
@@ -287,15 +254,10 @@ def train_reranker(args: RerankerArgs, home: Path | None = None, log=print) -> P
                 parts = distill_loss(fwd, batch, targets[idx])
             else:
                 parts = align_loss(fwd, batch, args.lambda_lc, args.objective)
-        opt.zero_grad(set_to_none=True)
-        parts["loss"].backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        sched.step()
         step += 1
+        rec = loop.optimiser_step(parts, params, opt, sched, step)
         bar.update(1)
-        bar.set_postfix({k: f"{v.item():.4f}" for k, v in parts.items()})
-        rec = {"step": step, **{k: float(v.item()) for k, v in parts.items()}, "lr": sched.get_last_lr()[0]}
+        bar.set_postfix({k: f"{v:.4f}" for k, v in rec.items() if k not in ("step", "lr")})
         if rank == 0 and dev and args.dev_questions and (step % args.eval_every == 0 or step == total):
             with loop.autocast(device, args.precision):
                 rec["dev"] = dev_eval(module, dev, args.dev_questions, langs)
@@ -325,31 +287,17 @@ def _save_final(args: RerankerArgs, module: RerankerModule, history, seconds: fl
     if adapter:
         cfg = json.loads((final / "adapter_config.json").read_text())
         cfg["base_model_name_or_path"] = "intfloat/multilingual-e5-small (converted by `samelang models prepare`)"
+        if isinstance(cfg.get("target_modules"), list):  # peft writes a set: fix the order, so the checksum is stable
+            cfg["target_modules"] = sorted(cfg["target_modules"])
         (final / "adapter_config.json").write_text(json.dumps(cfg, indent=2))
         weights = ("adapter_model.safetensors", "adapter_config.json")
     else:
         module.tokenizer.save_pretrained(final)
         weights = ("model.safetensors",)
-    base_manifest = read_manifest(Path(module.base)) or {}
-    training_args = {
-        **{k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(args).items()},
-        "base_resolved": base_manifest.get("upstream", module.base),
-        "n_instances": n,
-        "world_size": world,
-        "train_seconds": round(seconds, 1),
-        "torch": torch.__version__,
-    }
-    (final / "training_args.json").write_text(json.dumps(training_args, indent=2))
-    (final / "history.json").write_text(json.dumps(history))
-    manifest = {
-        "name": args.out.name,
-        "kind": "cross-encoder-lora-adapter" if adapter else "cross-encoder",
-        "base": "multilingual-e5-small",
-        "source_sha256": base_manifest.get("source_sha256"),
-        ("adapter_sha256" if adapter else "weights_sha256"): loop.sha256_files(final, weights),
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
-    (final / "samelang_manifest.json").write_text(json.dumps(manifest, indent=2))
+    kind = "cross-encoder-lora-adapter" if adapter else "cross-encoder"
+    training_args = loop.write_run_files(
+        final, args, module.base, history, seconds, world, {"n_instances": n}, kind, weights
+    )
     loop.replace_contents(final, args.out)
     atomic_write_text(args.out / "README.md", model_card(args, training_args))
 
