@@ -11,7 +11,6 @@ fixed seeds, and ``training_args.json`` + a model card saved with the model.
 from __future__ import annotations
 
 import functools
-import json
 import shutil
 import time
 from dataclasses import dataclass
@@ -195,12 +194,7 @@ def _save_final(args: BiencoderArgs, module, base: str, history, seconds: float,
         weights = ("model.safetensors",)
     else:
         module.model.save_pretrained(final)
-        cfg = json.loads((final / "adapter_config.json").read_text())
-        cfg["base_model_name_or_path"] = "intfloat/multilingual-e5-small (converted by `samelang models prepare`)"
-        if isinstance(cfg.get("target_modules"), list):  # peft writes a set: fix the order, so the checksum is stable
-            cfg["target_modules"] = sorted(cfg["target_modules"])
-        (final / "adapter_config.json").write_text(json.dumps(cfg, indent=2))
-        weights = ("adapter_model.safetensors", "adapter_config.json")
+        weights = loop.finish_adapter_config(final)
     kind = "lora-adapter" if not args.full else "full"
     counts = {"n_triplets": n_triplets}
     training_args = loop.write_run_files(final, args, base, history, seconds, world, counts, kind, weights)

@@ -199,3 +199,17 @@ def write_run_files(
     }
     (final / "samelang_manifest.json").write_text(json.dumps(manifest, indent=2))
     return training_args
+
+
+def finish_adapter_config(final: Path) -> tuple[str, ...]:
+    """Name the base in a saved adapter's config as people know it (the path was machine-local) and
+    write ``target_modules`` sorted (peft keeps a set: its order, hence the checksum, varied between
+    runs). Returns the files the adapter checksum covers."""
+    import json
+
+    cfg = json.loads((final / "adapter_config.json").read_text())
+    cfg["base_model_name_or_path"] = "intfloat/multilingual-e5-small (converted by `samelang models prepare`)"
+    if isinstance(cfg.get("target_modules"), list):
+        cfg["target_modules"] = sorted(cfg["target_modules"])
+    (final / "adapter_config.json").write_text(json.dumps(cfg, indent=2))
+    return ("adapter_model.safetensors", "adapter_config.json")

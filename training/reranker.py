@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import shutil
 import time
 from dataclasses import dataclass
@@ -285,12 +284,7 @@ def _save_final(args: RerankerArgs, module: RerankerModule, history, seconds: fl
     module.model.save_pretrained(final)
     adapter = (final / "adapter_config.json").exists()
     if adapter:
-        cfg = json.loads((final / "adapter_config.json").read_text())
-        cfg["base_model_name_or_path"] = "intfloat/multilingual-e5-small (converted by `samelang models prepare`)"
-        if isinstance(cfg.get("target_modules"), list):  # peft writes a set: fix the order, so the checksum is stable
-            cfg["target_modules"] = sorted(cfg["target_modules"])
-        (final / "adapter_config.json").write_text(json.dumps(cfg, indent=2))
-        weights = ("adapter_model.safetensors", "adapter_config.json")
+        weights = loop.finish_adapter_config(final)
     else:
         module.tokenizer.save_pretrained(final)
         weights = ("model.safetensors",)
