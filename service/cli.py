@@ -141,7 +141,9 @@ def serve(
         None, "--langs", help="[env: SAMELANG_DEMO_LANGS; default en,zh] demo index languages"
     ),
     model: Path = typer.Option(None, help="[env: SAMELANG_MODEL] bi-encoder checkpoint"),
-    reranker: Path = typer.Option(None, help="[env: SAMELANG_RERANKER] cross-encoder checkpoint"),
+    reranker: str = typer.Option(
+        None, help="[env: SAMELANG_RERANKER; default models/lamar-e5-small] cross-encoder folder, or 'cosine'"
+    ),
     generator: str = typer.Option(
         None, help="[env: SAMELANG_GENERATOR; default transformers] transformers|openai|none"
     ),

@@ -47,7 +47,11 @@ class ServiceSettings(Settings):
     index: Path | None = Field(None, description="index folder (default: the bundled demo index, built on first use)")
     demo_langs: str = Field("en,zh", description="languages of the bundled XQuAD demo index")
     model: Path | None = Field(None, description="bi-encoder checkpoint (default: the best one available locally)")
-    reranker: Path | None = Field(None, description="cross-encoder checkpoint (unset: bi-encoder cosine)")
+    reranker: str | None = Field(
+        None,
+        description="cross-encoder folder, or 'cosine' for the bi-encoder's cosine "
+        "(default: the committed LAMAR reranker models/lamar-e5-small when present)",
+    )
     reranker_max_length: int = Field(256, ge=16, le=512)
     generator: Literal["transformers", "openai", "none"] = "transformers"
     generator_model: Path | None = Field(None, description="transformers generator checkpoint (default: Gemma 3 270M)")

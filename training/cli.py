@@ -218,7 +218,9 @@ def eval_ablation_cmd(
 @eval_app.command("reranker")
 def eval_reranker_cmd(
     model: list[Path] = typer.Option(
-        None, envvar="SAMELANG_RERANKER", help="Cross-encoder folder(s); repeat to compare (e.g. the ablations)."
+        None,
+        envvar="SAMELANG_RERANKER",
+        help="Cross-encoder folder(s); repeat to compare (e.g. the ablations). Default: the served reranker.",
     ),
     retriever: Path = typer.Option(
         None, envvar="SAMELANG_MODEL", help="Bi-encoder giving the top-20 candidates (default: the served one)."
@@ -226,26 +228,45 @@ def eval_reranker_cmd(
     reference: bool = typer.Option(
         True, "--reference/--no-reference", help="Add the no-reranker row (the retriever's cosine as the score)."
     ),
+    cosine: list[str] = typer.Option(
+        None,
+        help="Also score by this bi-encoder's cosine (a folder, or 'base': the converted base model, which is "
+        "the default stage-1 teacher); repeatable.",
+    ),
     max_questions: int = typer.Option(
         None, envvar="SAMELANG_EVAL_MAX_QUESTIONS", help="First N test questions per language (CPU runs); all: 374."
     ),
     max_length: int = typer.Option(256, envvar="SAMELANG_RERANKER_MAX_LENGTH"),
     batch_size: int = typer.Option(64, envvar="SAMELANG_EVAL_BATCH_SIZE"),
+    cache: bool = typer.Option(
+        True, "--cache/--no-cache", help="Reuse cross-encoder scores kept in $SAMELANG_HOME/cache (same model+pairs)."
+    ),
     out: Path = typer.Option(Path("runs/eval-reranker"), envvar="SAMELANG_EVAL_OUT", help="JSON, Markdown, PNGs."),
     card: bool = typer.Option(False, "--card", help="Write the table into each model's README.md card."),
     home: Path = typer.Option(None, help="[env: SAMELANG_HOME]"),
 ) -> None:
-    """Oracle language coherence, reranking of retrieved top-20, Mono-Same: XQuAD test articles."""
+    """Oracle language coherence, reranking of retrieved top-20, Mono-Same: XQuAD test articles.
+
+    With several ``--model`` folders (stage 1, stage 2, the ``--objective`` ablations) it also
+    prints the ablation table: each model's training settings beside its scores."""
     from indexes.atomic import atomic_write_bytes, atomic_write_text
     from service.config import settings
-    from service.models.encoder import Encoder
-    from service.models.registry import default_biencoder
+    from service.models.base_model import ensure_base_model
+    from service.models.encoder import Encoder, model_fingerprint
+    from service.models.registry import default_biencoder, default_reranker
     from service.models.reranker import CrossEncoderReranker
 
     from .evaluation import reranker as ev
     from .evaluation.biencoder import embed_xquad
 
     cfg = settings(home=home)
+    if not model:
+        served = default_reranker(None)
+        if served is None:
+            raise typer.BadParameter(
+                "no reranker in models/: train one (`samelang train reranker`)", param_hint="--model"
+            )
+        model = [served]
     retriever = retriever or default_biencoder(cfg.home)
     emb = embed_xquad(Encoder(retriever, home=cfg.home), cfg.home / "cache")
     results = {}
@@ -253,21 +274,34 @@ def eval_reranker_cmd(
         results[f"no reranker ({Path(retriever).name} cosine)"] = ev.evaluate_reranker(
             ev.cosine_scorer(emb), emb, max_questions
         )
+    for other in cosine or []:
+        path = ensure_base_model(cfg.home) if other == "base" else Path(other)
+        other_emb = embed_xquad(Encoder(path, home=cfg.home), cfg.home / "cache")
+        results[f"{Path(path).name} cosine"] = ev.evaluate_reranker(ev.cosine_scorer(other_emb), emb, max_questions)
     texts = ev.load_texts()
-    for path in model or []:
+    runs = {}
+    for path in model:
         reranker = CrossEncoderReranker(path, max_length=max_length, home=cfg.home)
-        results[Path(path).name] = ev.evaluate_reranker(
-            ev.cross_encoder_scorer(reranker, texts, batch_size), emb, max_questions
-        )
+        identity = f"{model_fingerprint(Path(path))}|max_length={max_length}"
+        scorer = ev.cross_encoder_scorer(reranker, texts, batch_size)
+        scorer = ev.cached_scorer(scorer, cfg.home / "cache", identity) if cache else scorer
+        results[Path(path).name] = ev.evaluate_reranker(scorer, emb, max_questions)
+        runs[Path(path).name] = ev.training_summary(Path(path))
         del reranker
     table = ev.markdown(results)
+    if len(model) > 1:
+        table = ev.markdown_ablation(results, runs) + "\n\n" + table
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / "results.json", json.dumps({"retriever": str(retriever), "results": results}, indent=2))
+    payload = {"retriever": str(retriever), "max_length": max_length, "runs": runs, "results": results}
+    atomic_write_text(out / "results.json", json.dumps(payload, indent=2))
     atomic_write_text(out / "results.md", table + "\n")
     for name, r in results.items():
         slug = "".join(c if c.isalnum() or c in "-_." else "-" for c in name)
         atomic_write_bytes(out / f"top1-languages-{slug}.png", ev.heatmap_png(r, name))
     typer.echo(table)
     if card:
-        for path in model or []:
+        for path in model:
             _write_card_evaluation(Path(path), f"Retriever: `{Path(retriever).name}`.\n\n{table}\n")
+            name = Path(path).name
+            scores = {k: v for k, v in results.items() if k == name or k.startswith("no reranker")}
+            atomic_write_text(Path(path) / "eval_results.json", json.dumps(scores, indent=2) + "\n")

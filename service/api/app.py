@@ -36,16 +36,17 @@ def load_components(cfg: ServiceSettings) -> Components:
 
     from ..models.encoder import Encoder
     from ..models.generators import NoGenerator, OpenAIGenerator, TransformersGenerator
-    from ..models.registry import default_biencoder, default_generator_path, default_index_path
+    from ..models.registry import default_biencoder, default_generator_path, default_index_path, default_reranker
     from ..models.reranker import CosineReranker, CrossEncoderReranker
 
     device = cfg.torch_device()
     t0 = time.perf_counter()
     encoder = Encoder(cfg.model or default_biencoder(cfg.home), device=device, home=cfg.home)
     index: OpenIndex = open_index(cfg.index or default_index_path(cfg), encoder.info, use_gpu=cfg.use_gpu_index)
+    reranker_path = default_reranker(cfg.reranker)
     reranker = (
-        CrossEncoderReranker(cfg.reranker, device=device, max_length=cfg.reranker_max_length, home=cfg.home)
-        if cfg.reranker
+        CrossEncoderReranker(reranker_path, device=device, max_length=cfg.reranker_max_length, home=cfg.home)
+        if reranker_path
         else CosineReranker(encoder)
     )
     if cfg.generator == "transformers":

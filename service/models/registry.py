@@ -12,6 +12,8 @@ from .generator import generator_dir
 
 REPO_MODELS = Path(__file__).resolve().parents[2] / "models"
 ALIGNED_BIENCODER = REPO_MODELS / "e5-small-aligned"
+LAMAR_RERANKER = REPO_MODELS / "lamar-e5-small"
+COSINE = "cosine"  # --reranker cosine: rerank by the served bi-encoder's cosine
 
 
 def default_biencoder(home: Path) -> Path:
@@ -21,6 +23,17 @@ def default_biencoder(home: Path) -> Path:
     if (ALIGNED_BIENCODER / "adapter_config.json").exists():
         return ALIGNED_BIENCODER
     return base
+
+
+def default_reranker(choice: str | Path | None) -> Path | None:
+    """The cross-encoder to serve: ``choice`` when it names a folder, the committed LAMAR
+    reranker (seed 002) when nothing is configured and the repository ships one, and
+    ``None`` (bi-encoder cosine) for ``cosine`` or when there is none."""
+    if choice is not None and str(choice) != "":
+        return None if str(choice).lower() == COSINE else Path(choice)
+    if (LAMAR_RERANKER / "adapter_config.json").exists():
+        return LAMAR_RERANKER
+    return None
 
 
 def default_generator_path(home: Path) -> Path:

@@ -74,3 +74,22 @@ def test_max_questions_and_missed_relevant_paragraphs():
     r = evaluate_reranker(cosine_scorer(far), far, max_questions=5, langs=LANGS)
     assert r["retrieved"]["recall_at_20"] == 0.0 and r["retrieved"]["ndcg_at_10"] == 0.0
     assert r["retrieved"]["mrr_at_10"] == 0.0
+
+
+def test_cached_scorer_scores_each_pair_set_once(tmp_path):
+    from training.evaluation.reranker import cached_scorer
+
+    emb, calls = planted(), []
+
+    def counting(pairs):
+        calls.append(len(pairs))
+        return cosine_scorer(emb)(pairs)
+
+    pairs = [Pair("en", 0, "zh", 3), Pair("zh", 1, "th", 2)]
+    a = cached_scorer(counting, tmp_path, "model-a|max_length=256")
+    first = a(pairs)
+    np.testing.assert_array_equal(a(pairs), first)
+    assert calls == [2]  # the second call read the cache
+    cached_scorer(counting, tmp_path, "model-b|max_length=256")(pairs)  # another model: scored again
+    a(pairs[:1])  # other pairs: scored again
+    assert calls == [2, 2, 1] and len(list(tmp_path.glob("rerank-scores-*.npy"))) == 3

@@ -42,6 +42,10 @@ def test_both_stages_train_and_save(stages):
     assert json.loads((s2.out / "samelang_manifest.json").read_text())["kind"] == "cross-encoder-lora-adapter"
     card = (s2.out / "README.md").read_text()
     assert "samelang train reranker --stage 2" in card and f"--init {s1.out}" in card
+    # the recipe starts with the stage-1 command that built --init (read from its training_args.json)
+    recipe = card.split("```bash\n")[1].split("```")[0].splitlines()
+    assert recipe[0].startswith("samelang train reranker --stage 1") and f"--out {s1.out}" in recipe[0]
+    assert "--max-steps 2" in recipe[0] and recipe[1].startswith("samelang train reranker --stage 2")
     assert not (s2.out / "checkpoints").exists()
 
 
@@ -56,6 +60,24 @@ def test_service_loader_scores_like_the_trained_module(stages, samelang_home):
         want = torch.sigmoid(module.eval()([query] * 3, docs)).numpy()
     got = CrossEncoderReranker(s2.out, max_length=48, home=samelang_home).score(query, docs)
     np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def test_ablation_table_reads_the_training_runs(stages):
+    from training.evaluation.reranker import markdown_ablation, training_summary
+
+    s1, s2 = stages
+    runs = {"stage1": training_summary(s1.out), "stage2": training_summary(s2.out), "ref": {}}
+    assert runs["stage1"]["stage"] == 1 and runs["stage1"]["steps"] == 2 and runs["stage2"]["objective"] == "full"
+    row = {
+        "oracle": {"ndcg_at_1": 90.0, "per_lang": {"en": {"ndcg_at_1": 80.0}, "zh": {"ndcg_at_1": 100.0}}},
+        "retrieved": {"ndcg_at_1": 70.0, "ndcg_at_10": 75.0},
+        "mono_same": {"ndcg_at_10": 88.0},
+    }
+    table = markdown_ablation({k: row for k in runs}, runs).splitlines()
+    assert len(table) == 5
+    assert "| stage1 | stage 1 (teacher `cosine`) | 90.00 | 80.00 (en) |" in table[2] and "| 2 x 2 |" in table[2]
+    assert "stage 1 + 2: L_rank + 2.0 L_LC" in table[3] and "2 x 2 groups" in table[3]
+    assert table[4].startswith("| ref | - |")
 
 
 def test_arguments_are_checked(tmp_path):

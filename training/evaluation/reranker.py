@@ -77,6 +77,32 @@ def cross_encoder_scorer(reranker, texts: Texts, batch_size: int = 64) -> Scorer
     return score
 
 
+def cached_scorer(scorer: Scorer, cache_dir, identity: str) -> Scorer:
+    """``scorer`` with its scores kept on disk, keyed by ``identity`` (model fingerprint and
+    settings) and the exact pairs: re-running an evaluation, adding rows or re-writing cards
+    does not re-score ~5k-150k pairs through a cross-encoder."""
+    import hashlib
+    import io
+    from pathlib import Path
+
+    from indexes.atomic import atomic_write_bytes
+
+    def score(pairs: list[Pair]) -> np.ndarray:
+        h = hashlib.sha256(identity.encode())
+        for p in pairs:
+            h.update(f"{p.q_lang},{p.q},{p.d_lang},{p.p};".encode())
+        path = Path(cache_dir) / f"rerank-scores-{h.hexdigest()[:20]}.npy"
+        if path.exists():
+            return np.load(path)
+        out = np.asarray(scorer(pairs), dtype=np.float64)
+        buf = io.BytesIO()
+        np.save(buf, out)
+        atomic_write_bytes(path, buf.getvalue())
+        return out
+
+    return score
+
+
 def _candidates(emb: Embeddings, langs, n_q: int) -> dict:
     """Retrieval candidates by cosine: top-20 of the 12-language pool and of the own-language pool."""
     pool = np.concatenate([emb.passages[x] for x in langs])
@@ -184,6 +210,52 @@ def markdown(results: dict[str, dict]) -> str:
     for name, r in results.items():
         per = r["oracle"]["per_lang"]
         lines.append(f"| {name} | " + " | ".join(f"{per[x]['ndcg_at_1']:.1f}" for x in langs) + " |")
+    return "\n".join(lines)
+
+
+def training_summary(model_dir) -> dict:
+    """What an ablation row needs from a trained model's ``training_args.json`` / ``history.json``."""
+    import json
+    from pathlib import Path
+
+    folder = Path(model_dir)
+    if not (folder / "training_args.json").exists():
+        return {}
+    a = json.loads((folder / "training_args.json").read_text())
+    steps = len(json.loads((folder / "history.json").read_text())) if (folder / "history.json").exists() else None
+    out = {k: a.get(k) for k in ("stage", "objective", "lambda_lc", "teacher", "batch_size", "lr", "max_length")}
+    return {**out, "steps": steps, "instances": a.get("n_instances"), "train_seconds": a.get("train_seconds")}
+
+
+def markdown_ablation(results: dict[str, dict], runs: dict[str, dict]) -> str:
+    """The ablation table: per model, what it was trained with and its headline scores."""
+    lines = [
+        "| model | training | oracle nDCG@1 | oracle nDCG@1 worst lang | retrieved nDCG@1 | retrieved nDCG@10 "
+        "| Mono-Same nDCG@10 | steps x batch | train min |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, r in results.items():
+        run = runs.get(name, {})
+        if not run:
+            how, budget, minutes = "-", "-", "-"
+        elif run["stage"] == 1:
+            how, budget = f"stage 1 (teacher `{run['teacher']}`)", f"{run['steps']} x {run['batch_size']}"
+            minutes = f"{run['train_seconds'] / 60:.1f}"
+        else:
+            obj = {
+                "full": "L_rank + {l} L_LC",
+                "no-lc": "L_rank only (w/o L_LC)",
+                "no-rank": "{l} L_LC only (w/o L_rank)",
+            }
+            how = "stage 1 + 2: " + obj[run["objective"]].format(l=run["lambda_lc"])
+            budget, minutes = f"{run['steps']} x {run['batch_size']} groups", f"{run['train_seconds'] / 60:.1f}"
+        per = r["oracle"]["per_lang"]
+        worst = min(per, key=lambda x: per[x]["ndcg_at_1"])
+        lines.append(
+            f"| {name} | {how} | {r['oracle']['ndcg_at_1']:.2f} | {per[worst]['ndcg_at_1']:.2f} ({worst}) "
+            f"| {r['retrieved']['ndcg_at_1']:.2f} | {r['retrieved']['ndcg_at_10']:.2f} "
+            f"| {r['mono_same']['ndcg_at_10']:.2f} | {budget} | {minutes} |"
+        )
     return "\n".join(lines)
 
 

@@ -48,3 +48,30 @@ def test_an_index_built_by_another_model_is_refused(service_settings, cross_enco
         load_components(cfg)
     msg = str(e.value)
     assert "multilingual-e5-small" in msg and "e5-small-ce-untrained" in msg and "samelang index build" in msg
+
+
+def test_reranker_choice(tmp_path):
+    from service.models.registry import LAMAR_RERANKER, default_reranker
+
+    assert default_reranker("cosine") is None and default_reranker("Cosine") is None
+    assert default_reranker(str(tmp_path)) == tmp_path and default_reranker(tmp_path) == tmp_path
+    assert default_reranker(None) == LAMAR_RERANKER  # the committed LAMAR adapter is the default
+
+
+def test_rerank_defaults_to_the_shipped_lamar_reranker(service_settings):
+    """The committed models/lamar-e5-small serves /rerank when nothing is configured: among a
+    document and its translation the reader's language comes first, both above an unrelated one.
+    ``--reranker cosine`` still selects the bi-encoder fallback."""
+    from service.api.app import create_app
+
+    query = "维多利亚和阿尔伯特博物馆在哪里？"  # zh: where is the V&A museum?
+    docs = ["The V&A museum is in London.", "维多利亚和阿尔伯特博物馆位于伦敦。", "Paris est en France."]
+    with running(create_app(service_settings)) as url, httpx.Client(base_url=url, timeout=120) as c:
+        assert c.get("/info").json()["reranker"] == {"name": "lamar-e5-small", "kind": "cross-encoder"}
+        body = c.post("/rerank", json={"query": query, "documents": docs}).json()
+        assert body["reranker"] == "lamar-e5-small"
+        assert [r["index"] for r in body["results"]] == [1, 0, 2]
+        assert [r["lang"] for r in body["results"]][:2] == ["zh", "en"]
+    cfg = service_settings.model_copy(update={"reranker": "cosine"})
+    with running(create_app(cfg)) as url, httpx.Client(base_url=url, timeout=120) as c:
+        assert c.get("/info").json()["reranker"] == {"name": "bi-encoder-cosine", "kind": "bi-encoder-cosine"}
