@@ -74,6 +74,23 @@ def autocast(device: torch.device, precision: str):
     return torch.autocast(device.type, dtype=torch.bfloat16)
 
 
+def cached_array(path: Path, compute) -> np.ndarray:
+    """``np.load(path)`` when it exists, else ``compute()`` saved atomically to ``path`` (``.npy``):
+    the disk cache of teacher scores and of evaluation scores."""
+    import io
+
+    from indexes.atomic import atomic_write_bytes
+
+    path = Path(path)
+    if path.exists():
+        return np.load(path)
+    out = compute()
+    buf = io.BytesIO()
+    np.save(buf, out)
+    atomic_write_bytes(path, buf.getvalue())
+    return out
+
+
 def warmup_linear(total: int, warmup: float):
     """LambdaLR factor: linear warm-up over ``warmup * total`` steps, then linear decay to 0."""
     warm = int(warmup * total)

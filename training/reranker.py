@@ -19,7 +19,6 @@ progress bar, a dev slice of the train articles, checkpoints with resume, fixed 
 from __future__ import annotations
 
 import hashlib
-import io
 import shutil
 import time
 from dataclasses import dataclass
@@ -29,7 +28,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from indexes.atomic import atomic_write_bytes, atomic_write_text
+from indexes.atomic import atomic_write_text
 from indexes.corpora import XQUAD_LANGS, load_xquad
 from service.config import settings
 from service.models.base_model import ensure_base_model
@@ -168,17 +167,15 @@ def teacher_scores(args: RerankerArgs, data: list[DistillInstance], home: Path, 
     for x in data:
         key.update(f"{x.qid}|{x.doc_group}\n".encode())
     cache = Path(home) / "cache" / f"teacher-{key.hexdigest()[:20]}.npy"
-    if cache.exists():
-        return np.load(cache)
-    if args.teacher == "cosine":
-        teacher = CosineTeacher(home, device)
-    else:
-        teacher = CrossEncoderTeacher(args.teacher, device, args.max_length)
-    scores = teacher([x.q_en for x in data], [x.d_en for x in data])
-    buf = io.BytesIO()
-    np.save(buf, scores)
-    atomic_write_bytes(cache, buf.getvalue())
-    return scores
+
+    def compute() -> np.ndarray:
+        if args.teacher == "cosine":
+            teacher = CosineTeacher(home, device)
+        else:
+            teacher = CrossEncoderTeacher(args.teacher, device, args.max_length)
+        return teacher([x.q_en for x in data], [x.d_en for x in data])
+
+    return loop.cached_array(cache, compute)
 
 
 # ----------------------------------------------------------------------------- losses per stage

@@ -82,23 +82,16 @@ def cached_scorer(scorer: Scorer, cache_dir, identity: str) -> Scorer:
     settings) and the exact pairs: re-running an evaluation, adding rows or re-writing cards
     does not re-score ~5k-150k pairs through a cross-encoder."""
     import hashlib
-    import io
     from pathlib import Path
 
-    from indexes.atomic import atomic_write_bytes
+    from ..loop import cached_array
 
     def score(pairs: list[Pair]) -> np.ndarray:
         h = hashlib.sha256(identity.encode())
         for p in pairs:
             h.update(f"{p.q_lang},{p.q},{p.d_lang},{p.p};".encode())
         path = Path(cache_dir) / f"rerank-scores-{h.hexdigest()[:20]}.npy"
-        if path.exists():
-            return np.load(path)
-        out = np.asarray(scorer(pairs), dtype=np.float64)
-        buf = io.BytesIO()
-        np.save(buf, out)
-        atomic_write_bytes(path, buf.getvalue())
-        return out
+        return cached_array(path, lambda: np.asarray(scorer(pairs), dtype=np.float64))
 
     return score
 
