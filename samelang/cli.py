@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import typer
 
+from bench.cli import bench
 from service.cli import index_app, models_app, serve
 from training.cli import eval_app, train_app
 
@@ -21,6 +22,7 @@ app.add_typer(index_app, name="index")
 app.command("serve")(serve)
 app.add_typer(train_app, name="train")
 app.add_typer(eval_app, name="eval")
+app.command("bench")(bench)
 
 
 def main() -> None:  # pragma: no cover - entry point

@@ -51,19 +51,28 @@ def models_info(home: Path = typer.Option(None, help=HOME_HELP, show_default=Fal
 index_app = typer.Typer(help="Build and inspect multilingual FAISS indexes.", no_args_is_help=True)
 
 
-def _encoder(model: Path | None, home: Path | None, device: str | None, batch_size: int = 32):
+def _encoder(
+    model: Path | None, home: Path | None, device: str | None, batch_size: int = 32, precision: str | None = None
+):
     from .config import settings as _s
     from .models.encoder import Encoder
     from .models.registry import default_biencoder
 
-    cfg = _s(home=home, device=device)
+    cfg = _s(home=home, device=device, precision=precision)
     return Encoder(
-        model or default_biencoder(cfg.home), device=cfg.torch_device(), batch_size=batch_size, home=cfg.home
+        model or default_biencoder(cfg.home),
+        device=cfg.torch_device(),
+        batch_size=batch_size,
+        home=cfg.home,
+        options=cfg.engine_options(),
     )
 
 
 def _env(name: str) -> str:
     return f"SAMELANG_{name.upper()}"
+
+
+PRECISION_HELP = "auto|fp32|int8|bf16|fp16 (auto: the model card's choice). [env: SAMELANG_PRECISION]"
 
 
 @index_app.command("build")
@@ -80,6 +89,7 @@ def index_build(
     batch_size: int = typer.Option(32, envvar=_env("batch_size")),
     home: Path = typer.Option(None, help=HOME_HELP, show_default=False),
     device: str = typer.Option(None, envvar=_env("device"), help="cpu, cuda or auto."),
+    precision: str = typer.Option(None, envvar=_env("precision"), help=PRECISION_HELP),
 ) -> None:
     """Embed a corpus and write a FAISS index + SQLite docstore + manifest (atomically)."""
     from indexes.corpora import load_documents_jsonl, load_xquad
@@ -96,7 +106,7 @@ def index_build(
         docs, source = load_documents_jsonl(input), f"jsonl:{input}"
     else:
         raise typer.BadParameter(f"--corpus must be xquad or jsonl, got {corpus!r}")
-    enc = _encoder(model, home, device, batch_size)
+    enc = _encoder(model, home, device, batch_size, precision)
     detect = (lambda texts: get_identifier().detect_many(texts)) if any(not d.lang for d in docs) else None
     manifest = build_index(out, docs, enc.encode_passages, enc.info, spec, detect, batch_size, source)
     typer.echo(json.dumps({"out": str(out), "n_docs": manifest["n_docs"], "counts": manifest["counts_per_lang"]}))
@@ -110,6 +120,7 @@ def index_add(
     batch_size: int = typer.Option(32, envvar=_env("batch_size")),
     home: Path = typer.Option(None, help=HOME_HELP, show_default=False),
     device: str = typer.Option(None, envvar=_env("device")),
+    precision: str = typer.Option(None, envvar=_env("precision"), help=PRECISION_HELP),
 ) -> None:
     """Add documents without rebuilding; a crash leaves the previous generation live."""
     from indexes.corpora import load_documents_jsonl
@@ -117,7 +128,7 @@ def index_add(
     from indexes.langid import get_identifier
 
     docs = load_documents_jsonl(input)
-    enc = _encoder(model, home, device, batch_size)
+    enc = _encoder(model, home, device, batch_size, precision)
     manifest = add_documents(
         path, docs, enc.encode_passages, enc.info, lambda t: get_identifier().detect_many(t), batch_size
     )
@@ -153,6 +164,15 @@ def serve(
     device: str = typer.Option(None, help="[env: SAMELANG_DEVICE; default auto] cpu|cuda|auto"),
     ef_search: int = typer.Option(None, help="[env: SAMELANG_EF_SEARCH] HNSW search depth"),
     nprobe: int = typer.Option(None, help="[env: SAMELANG_NPROBE] IVF lists probed"),
+    precision: str = typer.Option(None, help=PRECISION_HELP),
+    backend: str = typer.Option(None, help="[env: SAMELANG_BACKEND; default auto] auto|torch|onnx"),
+    threads: int = typer.Option(None, help="[env: SAMELANG_THREADS] intra-op threads (default: all cores)"),
+    max_batch_tokens: int = typer.Option(None, help="[env: SAMELANG_MAX_BATCH_TOKENS; default 1024]"),
+    micro_batching: bool = typer.Option(
+        None, "--micro-batching/--no-micro-batching", help="[env: SAMELANG_MICRO_BATCHING; default on]"
+    ),
+    batch_wait_ms: float = typer.Option(None, help="[env: SAMELANG_BATCH_WAIT_MS; default 2] micro-batch window"),
+    max_batch_items: int = typer.Option(None, help="[env: SAMELANG_MAX_BATCH_ITEMS; default 64]"),
     home: Path = typer.Option(None, help=HOME_HELP, show_default=False),
 ) -> None:
     """Serve the API: prepares the models and the demo index on first run (cached)."""
@@ -168,12 +188,16 @@ def serve(
 
     flags = dict(host=host, port=port, index=index, demo_langs=demo_langs, model=model, reranker=reranker,
                  generator=generator, openai_url=openai_url, openai_model=openai_model, api_key=api_key,
-                 device=device, ef_search=ef_search, nprobe=nprobe, home=home)  # fmt: skip
+                 device=device, ef_search=ef_search, nprobe=nprobe, home=home, precision=precision,
+                 backend=backend, threads=threads, max_batch_tokens=max_batch_tokens, micro_batching=micro_batching,
+                 batch_wait_ms=batch_wait_ms, max_batch_items=max_batch_items)  # fmt: skip
     cfg = ServiceSettings(**{k: v for k, v in flags.items() if v is not None})
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     model_path = cfg.model or default_biencoder(cfg.home)
     if cfg.index is None:
-        ensure_demo_index(cfg.home, cfg.demo_langs, Encoder(model_path, device=cfg.torch_device(), home=cfg.home))
+        encoder = Encoder(model_path, device=cfg.torch_device(), home=cfg.home, options=cfg.engine_options())
+        ensure_demo_index(cfg.home, cfg.demo_langs, encoder)
+        del encoder
     if cfg.generator == "transformers" and cfg.generator_model is None:
         prepare_generator(cfg.home)
     typer.echo(f"samelang: loading models and index, then serving on http://{cfg.host}:{cfg.port} ...")

@@ -24,7 +24,14 @@ class Settings(BaseSettings):
 
     home: Path = Field(default_factory=_default_home, description="cache for converted models and built indexes")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="torch device for the encoders")
-    threads: int | None = Field(None, ge=1, description="torch intra-op threads (default: torch's choice)")
+    threads: int | None = Field(None, ge=1, description="intra-op threads of torch / ONNX Runtime (default: all cores)")
+    precision: Literal["auto", "fp32", "bf16", "fp16", "int8"] = Field(
+        "auto", description="encoder numerics; auto: the precision the model card recorded (else fp32)"
+    )
+    backend: Literal["auto", "torch", "onnx"] = Field(
+        "auto", description="auto: ONNX Runtime on CPU for fp32/int8 when installed, else torch"
+    )
+    max_batch_tokens: int = Field(1024, ge=16, description="padded tokens per forward pass")
 
     def torch_device(self) -> str:
         if self.device != "auto":
@@ -32,6 +39,11 @@ class Settings(BaseSettings):
         import torch
 
         return "cuda" if torch.cuda.is_available() else "cpu"
+
+    def engine_options(self):
+        from .models.engine import EngineOptions
+
+        return EngineOptions(self.precision, self.backend, self.max_batch_tokens, threads=self.threads)
 
 
 def settings(**flags) -> Settings:
@@ -66,6 +78,9 @@ class ServiceSettings(Settings):
     ef_search: int | None = Field(None, ge=1, description="HNSW search depth (approximate indexes)")
     nprobe: int | None = Field(None, ge=1, description="IVF lists probed per query (approximate indexes)")
     use_gpu_index: bool = Field(True, description="move the FAISS index to GPU when faiss sees GPUs")
+    micro_batching: bool = Field(True, description="gather concurrent queries / rerank pairs into one forward pass")
+    batch_wait_ms: float = Field(2.0, ge=0, le=1000, description="how long a micro-batch waits for more requests")
+    max_batch_items: int = Field(64, ge=1, description="inputs per micro-batch (queries or pairs)")
     max_body_bytes: int = Field(2_000_000, ge=1024)
     max_rerank_documents: int = Field(100, ge=1)
     max_document_chars: int = Field(20000, ge=1)

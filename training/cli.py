@@ -107,23 +107,29 @@ def train_reranker_cmd(
 EVAL_HEADING = "## Evaluation (XQuAD test articles)"
 
 
-def _write_card_evaluation(model_dir: Path, body: str) -> None:
-    """Replace the evaluation section of a model card (README.md), keeping the sections around it."""
+PRECISION_HEADING = "## Inference precision"
+
+
+def _write_card_evaluation(model_dir: Path, body: str, heading: str = EVAL_HEADING) -> None:
+    """Replace one section of a model card (README.md), keeping the sections around it."""
     from indexes.atomic import atomic_write_text
 
     card = model_dir / "README.md"
     text = card.read_text() if card.exists() else f"# {model_dir.name}\n"
-    head, _, rest = text.partition(EVAL_HEADING)
+    head, _, rest = text.partition(heading)
     later = rest[rest.index("\n## ") + 1 :] if "\n## " in rest else ""
     head = head.rstrip("\n") + "\n\n"
-    atomic_write_text(card, head + f"{EVAL_HEADING}\n\n{body}" + ("\n" + later if later else ""))
+    atomic_write_text(card, head + f"{heading}\n\n{body}" + ("\n" + later if later else ""))
 
 
-def _evaluate(models: list[Path], with_base: bool, home: Path | None, names: list[str] | None = None) -> dict:
+def _evaluate(
+    models: list[Path], with_base: bool, home: Path | None, names: list[str] | None = None, precision: str = "fp32"
+) -> dict:
     """``evaluate`` for the base model (optional) and each model folder, in order."""
     from service.config import settings
     from service.models.base_model import ensure_base_model
     from service.models.encoder import Encoder
+    from service.models.engine import EngineOptions
 
     from .evaluation.biencoder import embed_xquad, evaluate
 
@@ -132,7 +138,7 @@ def _evaluate(models: list[Path], with_base: bool, home: Path | None, names: lis
     names = (["base"] if with_base else []) + (names or [Path(m).name for m in models])
     results = {}
     for name, path in zip(names, ([base_path] if with_base else []) + models, strict=True):
-        enc = Encoder(path, home=cfg.home)
+        enc = Encoder(path, home=cfg.home, options=EngineOptions(precision=precision))
         results[name] = evaluate(embed_xquad(enc, cfg.home / "cache"))
         del enc
     return results
@@ -146,6 +152,7 @@ def eval_biencoder_cmd(
         Path("runs/eval-biencoder"), envvar="SAMELANG_EVAL_OUT", help="Folder for JSON + Markdown."
     ),
     card: bool = typer.Option(False, "--card", help="Write the table into each model's README.md card."),
+    precision: str = typer.Option("fp32", envvar="SAMELANG_EVAL_PRECISION", help="fp32 (reference), int8, bf16."),
     home: Path = typer.Option(None, help="[env: SAMELANG_HOME]"),
 ) -> None:
     """Multi (Comp@10, Max@R, Max@R_norm), Mono-Same and Mono-Cross on the XQuAD test articles."""
@@ -153,7 +160,7 @@ def eval_biencoder_cmd(
 
     from .evaluation.biencoder import markdown
 
-    results = _evaluate(list(model or []), base, home)
+    results = _evaluate(list(model or []), base, home, precision=precision)
     table = markdown(results)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "results.json", json.dumps(results, indent=2))
@@ -237,7 +244,7 @@ def eval_reranker_cmd(
         None, envvar="SAMELANG_EVAL_MAX_QUESTIONS", help="First N test questions per language (CPU runs); all: 374."
     ),
     max_length: int = typer.Option(256, envvar="SAMELANG_RERANKER_MAX_LENGTH"),
-    batch_size: int = typer.Option(64, envvar="SAMELANG_EVAL_BATCH_SIZE"),
+    precision: str = typer.Option("fp32", envvar="SAMELANG_EVAL_PRECISION", help="Cross-encoder numerics."),
     cache: bool = typer.Option(
         True, "--cache/--no-cache", help="Reuse cross-encoder scores kept in $SAMELANG_HOME/cache (same model+pairs)."
     ),
@@ -253,6 +260,7 @@ def eval_reranker_cmd(
     from service.config import settings
     from service.models.base_model import ensure_base_model
     from service.models.encoder import Encoder, model_fingerprint
+    from service.models.engine import EngineOptions
     from service.models.registry import default_biencoder, default_reranker
     from service.models.reranker import CrossEncoderReranker
 
@@ -281,9 +289,12 @@ def eval_reranker_cmd(
     texts = ev.load_texts()
     runs = {}
     for path in model:
-        reranker = CrossEncoderReranker(path, max_length=max_length, home=cfg.home)
+        reranker = CrossEncoderReranker(
+            path, max_length=max_length, home=cfg.home, options=EngineOptions(precision=precision)
+        )
         identity = f"{model_fingerprint(Path(path))}|max_length={max_length}"
-        scorer = ev.cross_encoder_scorer(reranker, texts, batch_size)
+        identity += "" if reranker.numerics == "fp32" else f"|{reranker.numerics}"
+        scorer = ev.cross_encoder_scorer(reranker, texts)
         scorer = ev.cached_scorer(scorer, cfg.home / "cache", identity) if cache else scorer
         results[Path(path).name] = ev.evaluate_reranker(scorer, emb, max_questions)
         runs[Path(path).name] = ev.training_summary(Path(path))
@@ -305,3 +316,83 @@ def eval_reranker_cmd(
             name = Path(path).name
             scores = {k: v for k, v in results.items() if k == name or k.startswith("no reranker")}
             atomic_write_text(Path(path) / "eval_results.json", json.dumps(scores, indent=2) + "\n")
+
+
+@eval_app.command("precision")
+def eval_precision_cmd(
+    biencoder: Path = typer.Option(None, help="Bi-encoder folder (default: the served one)."),
+    reranker: Path = typer.Option(None, help="Cross-encoder folder (default: the served one; 'none' to skip)."),
+    precision: list[str] = typer.Option(
+        None, help="Precisions to compare with fp32 (default: int8, and bf16 where the CPU has it natively)."
+    ),
+    max_questions: int = typer.Option(6, help="Reranker slice: test questions per language."),
+    tolerance: float = typer.Option(0.3, help="Largest admissible loss against fp32, in points, on any metric."),
+    repeats: int = typer.Option(3, help="Speed: timed repetitions (median)."),
+    card: bool = typer.Option(False, "--card", help="Write inference.json and the card section of each model."),
+    out: Path = typer.Option(Path("runs/eval-precision"), envvar="SAMELANG_EVAL_OUT"),
+    home: Path = typer.Option(None, help="[env: SAMELANG_HOME]"),
+) -> None:
+    """fp32 vs int8 (vs bf16): eval-table quality and speed side by side; picks each model's default
+    precision: the fastest within ``--tolerance`` points of fp32 on every metric."""
+    from indexes.atomic import atomic_write_text
+    from service.config import settings
+    from service.models.encoder import Encoder, model_fingerprint
+    from service.models.engine import EngineOptions, cpu_has_bf16
+    from service.models.registry import default_biencoder, default_reranker
+    from service.models.reranker import CrossEncoderReranker
+
+    from .evaluation import precision as pr
+    from .evaluation import reranker as ev
+    from .evaluation.biencoder import embed_xquad, evaluate
+
+    cfg = settings(home=home)
+    cache = cfg.home / "cache"
+    precisions = ["fp32", *(precision or (["int8"] + (["bf16"] if cpu_has_bf16() else [])))]
+    biencoder = biencoder or default_biencoder(cfg.home)
+    skip = reranker is not None and str(reranker).lower() == "none"
+    reranker_path = None if skip else (reranker or default_reranker(None))
+    cpu = pr.cpu_model()
+    report, sections = {"cpu": cpu, "biencoder": str(biencoder), "reranker": str(reranker_path)}, {}
+
+    rows, emb_fp32 = [], None
+    for p in dict.fromkeys(precisions):
+        enc = Encoder(biencoder, home=cfg.home, options=EngineOptions(precision=p))
+        emb = embed_xquad(enc, cache)
+        emb_fp32 = emb if p == "fp32" else emb_fp32
+        rows.append(pr.biencoder_row(enc, evaluate(emb), repeats))
+        typer.echo(f"bi-encoder {p}: {rows[-1]}")
+        del enc
+    chosen = pr.choose(rows, pr.BIENCODER_METRICS, "passages_per_s", tolerance)["precision"]
+    sections[Path(biencoder)] = (rows, chosen, pr.markdown(rows, pr.BIENCODER_METRICS, "passages_per_s", chosen))
+    report["biencoder_rows"], report["biencoder_default"] = rows, chosen
+
+    if reranker_path is not None:
+        texts, rows = ev.load_texts(), []
+        for p in dict.fromkeys(precisions):
+            rr = CrossEncoderReranker(reranker_path, home=cfg.home, options=EngineOptions(precision=p))
+            identity = f"{model_fingerprint(Path(reranker_path))}|max_length=256"
+            identity += "" if rr.numerics == "fp32" else f"|{rr.numerics}"
+            scorer = ev.cached_scorer(ev.cross_encoder_scorer(rr, texts), cache, identity)
+            rows.append(pr.reranker_row(rr, ev.evaluate_reranker(scorer, emb_fp32, max_questions), repeats))
+            typer.echo(f"reranker {p}: {rows[-1]}")
+            del rr
+        chosen = pr.choose(rows, pr.RERANKER_METRICS, "pairs_per_s", tolerance)["precision"]
+        sections[Path(reranker_path)] = (rows, chosen, pr.markdown(rows, pr.RERANKER_METRICS, "pairs_per_s", chosen))
+        report["reranker_rows"], report["reranker_default"] = rows, chosen
+
+    how = (
+        f"Measured on {cpu} ({cfg.threads or 'all'} threads): speed = median of {repeats} runs over the first 64 "
+        "English test paragraphs (bi-encoder) or one query x 20 paragraphs (reranker); quality on the XQuAD test "
+        f"articles (reranker: {max_questions} questions per language, candidates from the fp32 retriever). "
+        f"Default = the fastest precision within {tolerance} points of fp32 on every metric. "
+        "Command: `samelang eval precision --card`."
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    text = "\n\n".join(f"### {path.name}\n\n{table}" for path, (_, _, table) in sections.items()) + "\n\n" + how
+    atomic_write_text(out / "results.json", json.dumps(report, indent=2))
+    atomic_write_text(out / "results.md", text + "\n")
+    typer.echo(text)
+    if card:
+        for path, (rows, chosen, table) in sections.items():
+            pr.write_inference_card(path, rows, chosen, how)
+            _write_card_evaluation(path, f"{table}\n\n{how}\n", heading=PRECISION_HEADING)

@@ -41,11 +41,14 @@ def load_components(cfg: ServiceSettings) -> Components:
 
     device = cfg.torch_device()
     t0 = time.perf_counter()
-    encoder = Encoder(cfg.model or default_biencoder(cfg.home), device=device, home=cfg.home)
+    options = cfg.engine_options()
+    encoder = Encoder(cfg.model or default_biencoder(cfg.home), device=device, home=cfg.home, options=options)
     index: OpenIndex = open_index(cfg.index or default_index_path(cfg), encoder.info, use_gpu=cfg.use_gpu_index)
     reranker_path = default_reranker(cfg.reranker)
     reranker = (
-        CrossEncoderReranker(reranker_path, device=device, max_length=cfg.reranker_max_length, home=cfg.home)
+        CrossEncoderReranker(
+            reranker_path, device=device, max_length=cfg.reranker_max_length, home=cfg.home, options=options
+        )
         if reranker_path
         else CosineReranker(encoder)
     )
@@ -63,12 +66,42 @@ def load_components(cfg: ServiceSettings) -> Components:
     return Components(pipeline, {"load_seconds": round(time.perf_counter() - t0, 2)})
 
 
+def install_micro_batching(pipeline: Pipeline, cfg: ServiceSettings, metrics: Metrics) -> None:
+    """Route concurrent queries and rerank pairs through micro-batchers that report to ``metrics``."""
+    if not cfg.micro_batching:
+        return
+    for name, model in (("encoder", pipeline.encoder), ("reranker", pipeline.reranker)):
+        if hasattr(model, "enable_micro_batching"):
+
+            def on_batch(n_inputs: int, n_requests: int, name=name) -> None:
+                metrics.batch.labels(name).observe(n_inputs)
+                metrics.batch_requests.labels(name).observe(n_requests)
+
+            model.enable_micro_batching(cfg.batch_wait_ms, cfg.max_batch_items, on_batch)
+
+
 def describe(pipeline: Pipeline, cfg: ServiceSettings) -> dict:
     """What ``/info`` reports: models, index manifest, generator, limits."""
     enc, index, reranker, generator = pipeline.encoder, pipeline.index, pipeline.reranker, pipeline.generator
+    rerank_engine = getattr(reranker, "engine", None)
     return {
-        "encoder": {"name": enc.name, "path": str(enc.path), "fingerprint": enc.fingerprint, "dim": enc.dim},
-        "reranker": {"name": reranker.name, "kind": reranker.kind},
+        "encoder": {
+            "name": enc.name,
+            "path": str(enc.path),
+            "fingerprint": enc.fingerprint,
+            "dim": enc.dim,
+            **enc.engine.describe(),
+        },
+        "reranker": {
+            "name": reranker.name,
+            "kind": reranker.kind,
+            **(rerank_engine.describe() if rerank_engine else {}),
+        },
+        "micro_batching": {
+            "enabled": cfg.micro_batching,
+            "wait_ms": cfg.batch_wait_ms,
+            "max_items": cfg.max_batch_items,
+        },
         "generator": {"name": generator.name},
         "index": {**index.manifest, "path": str(index.path), "generation": index.generation, "on_gpu": index.on_gpu},
         "limits": {
@@ -87,17 +120,12 @@ def _router() -> APIRouter:
     def pipe(request: Request) -> Pipeline:
         return request.app.state.components.pipeline
 
-    def observe(request: Request, model: str, n: int) -> None:
-        request.app.state.metrics.batch.labels(model).observe(n)
-
     @r.post("/search", response_model=P.SearchResponse, responses={422: {"model": P.ErrorResponse}})
     async def search(req: P.SearchRequest, request: Request):
-        observe(request, "encoder", 1)
         return await run_in_threadpool(pipe(request).search, req)
 
     @r.post("/rerank", response_model=P.RerankResponse, responses={422: {"model": P.ErrorResponse}})
     async def rerank(req: P.RerankRequest, request: Request):
-        observe(request, "reranker", len(req.documents))
         return await run_in_threadpool(pipe(request).rerank, req)
 
     @r.post(
@@ -147,6 +175,7 @@ def create_app(cfg: ServiceSettings | None = None, components: Components | None
         if getattr(app.state, "components", None) is None:
             app.state.components = await run_in_threadpool(load_components, cfg)
             log.info("samelang ready: %d documents", app.state.components.pipeline.index.size)
+        install_micro_batching(app.state.components.pipeline, cfg, app.state.metrics)
         yield
 
     app = FastAPI(

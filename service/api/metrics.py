@@ -22,10 +22,17 @@ class Metrics:
         )
         self.batch = Histogram(
             "samelang_batch_size",
-            "texts per model call",
+            "inputs (queries or pairs) per micro-batched model call",
             ["model"],
             registry=self.registry,
             buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+        )
+        self.batch_requests = Histogram(
+            "samelang_batch_requests",
+            "requests served by one micro-batched model call",
+            ["model"],
+            registry=self.registry,
+            buckets=(1, 2, 4, 8, 16, 32, 64),
         )
 
     def render(self) -> tuple[bytes, str]:

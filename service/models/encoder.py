@@ -10,6 +10,9 @@ import numpy as np
 
 from indexes.index import ModelInfo
 
+from ..batching import MicroBatcher
+from .engine import EngineOptions, InferenceEngine
+
 
 def model_fingerprint(path: Path) -> str:
     """Identity of a checkpoint: the conversion manifest's source hash when there
@@ -34,6 +37,15 @@ def model_fingerprint(path: Path) -> str:
     return h.hexdigest()
 
 
+def cache_dir(home: Path | None) -> Path:
+    """``$SAMELANG_HOME/cache``: exported ONNX graphs, embedding and score caches."""
+    if home is None:
+        from ..config import Settings
+
+        home = Settings().home
+    return Path(home) / "cache"
+
+
 def load_sentence_transformer(path: Path, device: str = "cpu", home: Path | None = None):
     """A SentenceTransformer from a full checkpoint, or from a LoRA adapter folder
     (``adapter_config.json``) applied to the converted base model and merged."""
@@ -53,9 +65,20 @@ def load_sentence_transformer(path: Path, device: str = "cpu", home: Path | None
 
 
 class Encoder:
-    """A sentence-transformers bi-encoder with e5's ``query: `` / ``passage: `` prompts."""
+    """A sentence-transformers bi-encoder with e5's ``query: `` / ``passage: `` prompts, run by the
+    :class:`~service.models.engine.InferenceEngine` (length-sorted token batches, precision modes).
 
-    def __init__(self, path: str | Path, device: str = "cpu", batch_size: int = 32, home: Path | None = None):
+    ``options`` defaults to fp32: training and evaluation get the reference numerics unless they ask;
+    the service passes its ``--precision`` (``auto``: the model card's choice)."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        device: str = "cpu",
+        batch_size: int = 32,
+        home: Path | None = None,
+        options: EngineOptions | None = None,
+    ):
         self.path = Path(path)
         if not any((self.path / f).exists() for f in ("modules.json", "config.json", "adapter_config.json")):
             raise FileNotFoundError(
@@ -68,25 +91,51 @@ class Encoder:
         self.dim = int(self.model.get_embedding_dimension())
         self.fingerprint = model_fingerprint(self.path)
         prompts = getattr(self.model, "prompts", {}) or {}
-        self._query_prompt = "query" if "query" in prompts else None
-        self._passage_prompt = "passage" if "passage" in prompts else None
+        self._query_prompt = prompts.get("query", "")
+        self._passage_prompt = prompts.get("passage", "")
+        pooling = getattr(self.model[1], "pooling_mode", "mean") if len(self.model) > 1 else "mean"
+        if pooling != "mean":
+            raise ValueError(f"{self.path}: the inference engine implements mean pooling, the model uses {pooling}")
+        self.engine = InferenceEngine(
+            self.model[0].auto_model,
+            self.model.tokenizer,
+            "embed",
+            self.fingerprint,
+            cache_dir(home),
+            options or EngineOptions(precision="fp32"),
+            device=device,
+            max_length=int(self.model.max_seq_length or 512),
+            model_dir=self.path,
+        )
+
+        self._query_batcher: MicroBatcher | None = None
+
+    def enable_micro_batching(self, max_wait_ms: float, max_items: int, on_batch=None) -> None:
+        """Gather concurrent ``encode_queries`` calls (the service's /search traffic) into one pass."""
+        if self._query_batcher is None:
+            encode = lambda texts: self._encode(texts, self._query_prompt)  # noqa: E731
+            self._query_batcher = MicroBatcher(encode, max_wait_ms, max_items, "queries", on_batch)
+        self._query_batcher.on_batch = on_batch
+
+    @property
+    def numerics(self) -> str:
+        """``fp32`` or e.g. ``int8``: what embedding caches must key on besides the fingerprint."""
+        return self.engine.precision
 
     @property
     def info(self) -> ModelInfo:
         return ModelInfo(self.name, self.fingerprint, self.dim)
 
-    def _encode(self, texts: list[str], prompt_name: str | None) -> np.ndarray:
-        return self.model.encode(
-            list(texts),
-            prompt_name=prompt_name,
-            batch_size=self.batch_size,
-            normalize_embeddings=True,
-            convert_to_numpy=True,
-            show_progress_bar=False,
-        ).astype(np.float32)
+    def _encode(self, texts: list[str], prompt: str, progress: bool = False) -> np.ndarray:
+        if len(texts) == 0:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return self.engine.run([prompt + t for t in texts], progress=progress)
 
-    def encode_queries(self, texts: list[str]) -> np.ndarray:
-        return self._encode(texts, self._query_prompt)
+    def encode_queries(self, texts: list[str], progress: bool = False) -> np.ndarray:
+        b = self._query_batcher
+        if b is not None and 0 < len(texts) <= b.max_items:
+            return b.submit(texts)
+        return self._encode(texts, self._query_prompt, progress)
 
-    def encode_passages(self, texts: list[str]) -> np.ndarray:
-        return self._encode(texts, self._passage_prompt)
+    def encode_passages(self, texts: list[str], progress: bool = False) -> np.ndarray:
+        return self._encode(texts, self._passage_prompt, progress)

@@ -6,7 +6,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .encoder import Encoder
+from ..batching import MicroBatcher
+from .encoder import Encoder, cache_dir, model_fingerprint
+from .engine import EngineOptions, InferenceEngine, sigmoid
 
 BI_ENCODER_COSINE = "bi-encoder-cosine"
 
@@ -42,6 +44,7 @@ class CrossEncoderReranker:
         max_length: int = 256,
         batch_size: int = 32,
         home: Path | None = None,
+        options: EngineOptions | None = None,
     ):
         self.path = Path(path)
         if not any((self.path / f).exists() for f in ("config.json", "adapter_config.json")):
@@ -52,13 +55,42 @@ class CrossEncoderReranker:
         self.model = load_cross_encoder(self.path, device=device, max_length=max_length, home=home)
         self.name = self.path.name
         self.batch_size = batch_size
+        self.fingerprint = model_fingerprint(self.path)
+        self.engine = InferenceEngine(
+            self.model.model,
+            self.model.tokenizer,
+            "score",
+            self.fingerprint,
+            cache_dir(home),
+            options or EngineOptions(precision="fp32"),
+            device=device,
+            max_length=max_length,
+            model_dir=self.path,
+            activation=sigmoid,  # CrossEncoder.predict's default for one label: scores in (0, 1)
+        )
+
+        self._pair_batcher: MicroBatcher | None = None
+
+    def enable_micro_batching(self, max_wait_ms: float, max_items: int, on_batch=None) -> None:
+        """Gather the (query, document) pairs of concurrent requests into one pass."""
+        if self._pair_batcher is None:
+            self._pair_batcher = MicroBatcher(self.engine.run, max_wait_ms, max_items, "pairs", on_batch)
+        self._pair_batcher.on_batch = on_batch
+
+    @property
+    def numerics(self) -> str:
+        return self.engine.precision
+
+    def score_pairs(self, pairs: list[tuple[str, str]], progress: bool = False) -> np.ndarray:
+        b = self._pair_batcher
+        if b is not None and 0 < len(pairs) <= b.max_items and not progress:
+            return b.submit(list(pairs))
+        return self.engine.run(list(pairs), progress=progress)
 
     def score(self, query: str, documents: list[str]) -> np.ndarray:
         if not documents:
             return np.zeros(0, dtype=np.float32)
-        pairs = [(query, d) for d in documents]
-        out = self.model.predict(pairs, batch_size=self.batch_size, show_progress_bar=False, convert_to_numpy=True)
-        return np.asarray(out, dtype=np.float32).reshape(-1)
+        return self.score_pairs([(query, d) for d in documents])
 
 
 class CosineReranker:

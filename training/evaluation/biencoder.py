@@ -35,8 +35,11 @@ class Embeddings:
 
 
 def embed_xquad(encoder, cache_dir: Path | None = None, langs=XQUAD_LANGS) -> Embeddings:
-    """Embed every paragraph and every test question (cached by the model's fingerprint)."""
-    key = hashlib.sha256(f"{encoder.fingerprint}:{','.join(langs)}:v1".encode()).hexdigest()[:20]
+    """Embed every paragraph and every test question (cached by the model's fingerprint and, past
+    fp32, its precision)."""
+    numerics = getattr(encoder, "numerics", "fp32")
+    tag = "" if numerics == "fp32" else f":{numerics}"
+    key = hashlib.sha256(f"{encoder.fingerprint}:{','.join(langs)}:v1{tag}".encode()).hexdigest()[:20]
     cache = Path(cache_dir) / f"xquad-emb-{key}.npz" if cache_dir else None
     index_of = {p.group: i for i, p in enumerate(load_xquad(["en"]).paragraphs)}
     gold = np.array([index_of[q.group] for q in load_xquad(["en"], split="test").questions])

@@ -66,13 +66,12 @@ def cosine_scorer(emb: Embeddings) -> Scorer:
     return score
 
 
-def cross_encoder_scorer(reranker, texts: Texts, batch_size: int = 64) -> Scorer:
-    """A ``CrossEncoderReranker`` (or any object with a sentence-transformers ``model.predict``)."""
+def cross_encoder_scorer(reranker, texts: Texts) -> Scorer:
+    """A ``CrossEncoderReranker``: the service's inference engine at the reranker's precision."""
 
     def score(pairs: list[Pair]) -> np.ndarray:
         inputs = [(texts.questions[a][q], texts.paragraphs[b][p]) for a, q, b, p in pairs]
-        out = reranker.model.predict(inputs, batch_size=batch_size, show_progress_bar=True, convert_to_numpy=True)
-        return np.asarray(out, dtype=np.float64).reshape(-1)
+        return np.asarray(reranker.score_pairs(inputs, progress=True), dtype=np.float64).reshape(-1)
 
     return score
 

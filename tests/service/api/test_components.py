@@ -31,7 +31,9 @@ def test_rerank_uses_the_configured_cross_encoder(service_settings, cross_encode
     cfg = service_settings.model_copy(update={"reranker": cross_encoder_dir})
     with running(create_app(cfg)) as url, httpx.Client(base_url=url, timeout=120) as c:  # lifespan loads everything
         info = c.get("/info").json()
-        assert info["reranker"] == {"name": "e5-small-ce-untrained", "kind": "cross-encoder"}
+        assert (info["reranker"]["name"], info["reranker"]["kind"]) == ("e5-small-ce-untrained", "cross-encoder")
+        # a checkpoint without an inference card runs at the fp32 reference numerics
+        assert info["reranker"]["precision"] == "fp32" and info["encoder"]["precision"] == "fp32"
         docs = ["Berlin is the capital of Germany.", "柏林是德国的首都。", "Bananas are yellow.", "Der Rhein fließt."]
         body = c.post("/rerank", json={"query": "What is the capital of Germany?", "documents": docs}).json()
         assert body["reranker"] == "e5-small-ce-untrained"
@@ -63,11 +65,16 @@ def test_rerank_defaults_to_the_shipped_lamar_reranker(service_settings):
     document and its translation the reader's language comes first, both above an unrelated one.
     ``--reranker cosine`` still selects the bi-encoder fallback."""
     from service.api.app import create_app
+    from service.models.engine import recorded_precision
+    from service.models.registry import LAMAR_RERANKER
 
     query = "维多利亚和阿尔伯特博物馆在哪里？"  # zh: where is the V&A museum?
     docs = ["The V&A museum is in London.", "维多利亚和阿尔伯特博物馆位于伦敦。", "Paris est en France."]
     with running(create_app(service_settings)) as url, httpx.Client(base_url=url, timeout=120) as c:
-        assert c.get("/info").json()["reranker"] == {"name": "lamar-e5-small", "kind": "cross-encoder"}
+        info = c.get("/info").json()["reranker"]
+        assert (info["name"], info["kind"]) == ("lamar-e5-small", "cross-encoder")
+        # precision auto: what the model's inference card chose (samelang eval precision)
+        assert info["precision"] == recorded_precision(LAMAR_RERANKER, "cpu")
         body = c.post("/rerank", json={"query": query, "documents": docs}).json()
         assert body["reranker"] == "lamar-e5-small"
         assert [r["index"] for r in body["results"]] == [1, 0, 2]

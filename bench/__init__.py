@@ -1,0 +1,1 @@
+"""samelang bench: speed and scale measurements, never part of the default test run."""

@@ -1,0 +1,37 @@
+"""``samelang bench``: the speed and scale tables of the README (never part of the test run)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+SECTIONS = ("build", "scale", "embed", "rerank", "http")
+
+
+def bench(
+    quick: bool = typer.Option(False, "--quick", help="Smaller sizes and fewer repeats: under 10 minutes on 2 cores."),
+    section: list[str] = typer.Option(None, help=f"Run only these sections ({', '.join(SECTIONS)}); repeatable."),
+    repeats: int = typer.Option(None, help="Timed repetitions per measurement (default 5, --quick 3)."),
+    out: Path = typer.Option(Path("runs/bench"), envvar="SAMELANG_BENCH_OUT", help="bench.md and the server log."),
+    flops_per_cycle: int = typer.Option(32, help="fp32 FLOP per cycle per core, for the %-of-peak column."),
+    home: Path = typer.Option(None, help="[env: SAMELANG_HOME]"),
+) -> None:
+    """Embedding and reranking vs sentence-transformers, HTTP load at concurrency 1/8/32, index build
+    time, and Flat/HNSW/IVF at 10k-1M vectors; prints Markdown tables (also in OUT/bench.md)."""
+    from service.config import settings
+
+    from .run import BenchConfig, run
+
+    bad = [s for s in section or [] if s not in SECTIONS]
+    if bad:
+        raise typer.BadParameter(f"unknown section(s) {bad}; choose from {SECTIONS}", param_hint="--section")
+    cfg = BenchConfig(
+        quick=quick,
+        sections=tuple(s for s in SECTIONS if not section or s in section),
+        repeats=repeats or (3 if quick else 5),
+        home=settings(home=home).home,
+        out=out,
+        flops_per_cycle=flops_per_cycle,
+    )
+    typer.echo(run(cfg))

@@ -1,0 +1,104 @@
+"""Where the time of one forward pass goes: ONNX Runtime's own per-operator profile.
+
+Run on the served reranker's /rerank workload (1 query x 20 XQuAD paragraphs) at the served
+precision; the table groups kernel time by operator type (MatMulInteger / Attention / ...), so it
+says whether a goal is bound by the dense layers (FLOPs: needs a faster GEMM, VNNI/AMX, fewer
+tokens or a smaller model) or by something else.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+
+def profile_session(model_path: Path, feeds: list[dict], threads: int | None = None) -> list[tuple[str, float, int]]:
+    """(op type, total ms, calls) over ``feeds``, largest first, from ORT's profiler."""
+    import onnxruntime as ort
+
+    with tempfile.TemporaryDirectory(prefix="samelang-prof-") as tmp:
+        so = ort.SessionOptions()
+        so.enable_profiling = True
+        so.profile_file_prefix = os.path.join(tmp, "ort")
+        so.intra_op_num_threads = threads or (os.cpu_count() or 1)
+        sess = ort.InferenceSession(str(model_path), so, providers=["CPUExecutionProvider"])
+        for f in feeds:
+            sess.run(None, f)
+        events = json.loads(Path(sess.end_profiling()).read_text())
+    totals: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
+    for e in events:
+        if e.get("cat") == "Node" and e.get("name", "").endswith("_kernel_time"):
+            op = e.get("args", {}).get("op_name", "?")
+            totals[op][0] += e["dur"] / 1000.0
+            totals[op][1] += 1
+    return sorted(((k, v[0], int(v[1])) for k, v in totals.items()), key=lambda r: -r[1])
+
+
+def rerank_profile(reranker, query: str, documents: list[str]) -> str:
+    """Markdown table of the reranker engine's ONNX graph on one /rerank request."""
+    engine = reranker.engine
+    if engine.backend_name != "onnx":
+        return "(profile needs the onnx backend)"
+    from service.models.engine import token_batches
+
+    ids = engine._tokenise([(query, d) for d in documents])
+    lengths = [len(x) for x in ids]
+    feeds = []
+    for batch in token_batches(lengths, engine.options.max_batch_tokens, engine.options.max_batch_size):
+        width = max(lengths[i] for i in batch)
+        input_ids = np.full((len(batch), width), engine.pad_id, dtype=np.int64)
+        mask = np.zeros((len(batch), width), dtype=np.int64)
+        for r, i in enumerate(batch):
+            input_ids[r, : lengths[i]], mask[r, : lengths[i]] = ids[i], 1
+        feeds.append({"input_ids": input_ids, "attention_mask": mask})
+    rows = profile_session(engine.backend.path, feeds, engine.options.threads)
+    total = sum(r[1] for r in rows)
+    lines = ["| operator | ms | share | calls |", "|---|---|---|---|"]
+    lines += [f"| {op} | {ms:.0f} | {100 * ms / total:.1f}% | {n} |" for op, ms, n in rows[:10]]
+    tokens = sum(lengths)
+    return "\n".join(lines) + (
+        f"\n\n{len(documents)} pairs, {tokens:,} tokens in {len(feeds)} batches; kernel time {total:.0f} ms "
+        f"({tokens / total * 1000:,.0f} tokens/s) at {engine.precision}."
+    )
+
+
+def search_profile(home: Path | None, queries: list[str], repeats: int = 40) -> str:
+    """Median time of each stage of one /search request, in process (no HTTP), on the served
+    components; and the encoder on a micro-batch of 32 queries (what batching buys)."""
+    import statistics
+    import time
+
+    from service.api import protocol as P
+    from service.api.app import load_components
+    from service.config import ServiceSettings
+
+    cfg = ServiceSettings(generator="none", **({"home": home} if home else {}))
+    pipe = load_components(cfg).pipeline
+    qv = pipe.encoder.encode_queries(queries[:1])
+    rows = pipe._search_rows(qv, 10, None)[1][0].tolist()
+    stages = {
+        "language id (lingua)": lambda q: pipe.langid.detect(q),
+        "encode 1 query": lambda q: pipe.encoder.encode_queries([q]),
+        "FAISS search k=10": lambda q: pipe._search_rows(qv, 10, None),
+        "docstore fetch 10": lambda q: pipe.index.docs.get_rows(rows),
+        "whole pipeline.search": lambda q: pipe.search(P.SearchRequest(query=q, k=10)),
+    }
+    lines = ["| stage | median ms |", "|---|---|"]
+    for name, fn in stages.items():
+        fn(queries[0])
+        ts = []
+        for q in queries[:repeats]:
+            t0 = time.perf_counter()
+            fn(q)
+            ts.append(time.perf_counter() - t0)
+        lines.append(f"| {name} | {1000 * statistics.median(ts):.2f} |")
+    t0 = time.perf_counter()
+    pipe.encoder.encode_queries(queries[:32])
+    per_query = (time.perf_counter() - t0) * 1000 / 32
+    lines.append(f"| encode 32 queries as one batch, per query | {per_query:.2f} |")
+    return "\n".join(lines)

@@ -1,0 +1,292 @@
+"""``samelang bench``: every speed number of the README, measured side by side in one run.
+
+Sections (each prints a Markdown table; medians over ``repeats``; ours and the reference are
+timed in alternation within each repetition, so machine noise hits both alike):
+
+1. ``embed``: passages/s and tokens/s, ours (each precision) vs sentence-transformers ``encode``
+   fp32 on the same model and texts, and the share of the CPU's FLOP peak that is;
+2. ``rerank``: one query x 20 paragraphs, ours vs ``CrossEncoder.predict`` on the same checkpoint;
+3. ``http``: ``/search`` and ``/rerank`` latency percentiles and throughput at concurrency
+   1/8/32 against ``samelang serve`` on localhost (load generator and server share the CPU);
+4. ``build``: time to embed and index XQuAD (all 12 languages, 2,880 paragraphs; ``--quick``: en+zh);
+5. ``scale``: Flat vs HNSW vs IVF at 10k/100k(/1M) vectors grown from the index's real embeddings.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from indexes.corpora import load_xquad
+from service.models.engine import cpu_flags, cpu_has_bf16
+
+
+@dataclass
+class BenchConfig:
+    quick: bool = False
+    sections: tuple[str, ...] = ("build", "scale", "embed", "rerank", "http")
+    repeats: int = 5
+    home: Path | None = None
+    out: Path = Path("runs/bench")
+    flops_per_cycle: int = 32  # fp32 per core: two 256-bit FMA pipes (AVX2 Zen 2-4, Skylake client)
+    log: list[str] = field(default_factory=list)
+
+
+# ------------------------------------------------------------------------------------------ machine
+def cpu_line() -> str:
+    """The ``lscpu`` model line, core count and clock, as measured here."""
+    model, mhz = "unknown CPU", None
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+            elif line.startswith("cpu MHz") and mhz is None:
+                mhz = float(line.split(":", 1)[1])
+    except OSError:
+        pass
+    isa = "AVX-512" if "avx512f" in cpu_flags() else ("AVX2" if "avx2" in cpu_flags() else "no AVX2")
+    bf16 = "native bf16" if cpu_has_bf16() else "no native bf16"
+    vnni = "VNNI" if cpu_flags() & {"avx512_vnni", "avx_vnni"} else "no VNNI"
+    return f"{model}, {os.cpu_count()} cores @ {mhz or 0:.0f} MHz, {isa}, {bf16}, {vnni}"
+
+
+def fp32_peak_gflops(cfg: BenchConfig) -> float:
+    mhz = 0.0
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("cpu MHz"):
+            mhz = float(line.split(":", 1)[1])
+            break
+    return (os.cpu_count() or 1) * mhz / 1000 * cfg.flops_per_cycle
+
+
+def encoder_flops_per_token(model, seq_len: float) -> float:
+    """2 x (weights of every Linear) + attention's two matmuls (4 x seq x hidden per layer)."""
+    import torch
+
+    linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+    cfg = model.config
+    return 2.0 * linear + 4.0 * seq_len * cfg.hidden_size * cfg.num_hidden_layers
+
+
+def _median_alternating(fns: dict, repeats: int) -> dict[str, float]:
+    for fn in fns.values():
+        fn()  # warm-up
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(repeats):
+        for k, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[k].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def _table(head: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def _precisions() -> list[str]:
+    return ["fp32", "int8"] + (["bf16"] if cpu_has_bf16() else [])
+
+
+# ------------------------------------------------------------------------------------------ sections
+def bench_embed(cfg: BenchConfig) -> str:
+    from service.models.encoder import Encoder
+    from service.models.engine import EngineOptions
+    from service.models.registry import default_biencoder
+
+    home = cfg.home
+    path = default_biencoder(home)
+    n = 64 if cfg.quick else 160
+    texts = [d.text for d in load_xquad(["en"], split="test").documents()[:n]]
+    ours = {p: Encoder(path, home=home, options=EngineOptions(precision=p)) for p in _precisions()}
+    default = Encoder(path, home=home, options=EngineOptions()).engine.precision
+    st = next(iter(ours.values())).model  # the same merged SentenceTransformer
+    tok = st.tokenizer
+    lengths = [len(x) for x in tok(["passage: " + t for t in texts], truncation=True, max_length=512)["input_ids"]]
+    tokens = sum(lengths)
+    fns = {"st32": lambda: st.encode(texts, prompt_name="passage", batch_size=32, normalize_embeddings=True)}
+    fns["st8"] = lambda: st.encode(texts, prompt_name="passage", batch_size=8, normalize_embeddings=True)
+    for p, enc in ours.items():
+        fns[p] = lambda enc=enc: enc.encode_passages(texts)
+    sec = _median_alternating(fns, cfg.repeats)
+    flops = encoder_flops_per_token(st[0].auto_model, statistics.mean(lengths)) * tokens
+    peak = fp32_peak_gflops(cfg)
+    names = {"st32": "sentence-transformers encode fp32, batch 32 (reference)", "st8": "sentence-transformers "
+             "encode fp32, batch 8"}  # fmt: skip
+    rows = []
+    for k, s in sec.items():
+        label = names.get(k) or f"samelang engine {k} ({ours[k].engine.backend_name})" + (
+            " **default**" if k == default else ""
+        )
+        gflops = flops / s / 1e9
+        rows.append(
+            [label, f"{n / s:.1f}", f"{tokens / s:,.0f}", f"{sec['st32'] / s:.2f}x", f"{100 * gflops / peak:.0f}%"]
+        )
+    head = [f"encoder ({Path(path).name}, {n} en paragraphs, {tokens} tokens)", "passages/s", "tokens/s",
+            "vs ST fp32", f"% of fp32 peak ({peak:.0f} GFLOP/s)"]  # fmt: skip
+    return _table(head, rows) + (
+        f"\n\nFLOPs: {flops / tokens / 1e6:.1f} MFLOP per token (Linear weights x 2 + attention). "
+        + ("bf16 peak = 2x fp32 here." if cpu_has_bf16() else "No native bf16 on this CPU: bf16 not offered.")
+    )
+
+
+def bench_rerank(cfg: BenchConfig) -> str:
+    from service.models.engine import EngineOptions
+    from service.models.registry import default_reranker
+    from service.models.reranker import CrossEncoderReranker
+
+    path = default_reranker(None)
+    if path is None:
+        return "(no cross-encoder in models/: skipped)"
+    x = load_xquad(["en"], split="test")
+    docs = [d.text for d in x.documents()[:20]]
+    query = x.questions[0].text
+    ours = {p: CrossEncoderReranker(path, home=cfg.home, options=EngineOptions(precision=p)) for p in _precisions()}
+    default = CrossEncoderReranker(path, home=cfg.home, options=EngineOptions()).engine.precision
+    ce = next(iter(ours.values())).model
+    pairs = [(query, d) for d in docs]
+    fns = {"ce": lambda: ce.predict(pairs, batch_size=32, convert_to_numpy=True)}
+    for p, rr in ours.items():
+        fns[p] = lambda rr=rr: rr.score(query, docs)
+    sec = _median_alternating(fns, cfg.repeats)
+    rows = []
+    for k, s in sec.items():
+        label = (
+            "sentence-transformers CrossEncoder.predict fp32, batch 32 (reference)"
+            if k == "ce"
+            else f"samelang engine {k} ({ours[k].engine.backend_name})" + (" **default**" if k == default else "")
+        )
+        rows.append([label, f"{s:.3f}", f"{len(docs) / s:.1f}", f"{sec['ce'] / s:.2f}x"])
+    head = [f"reranker ({Path(path).name}, 1 query x 20 en paragraphs, max length 256)", "latency s", "pairs/s",
+            "vs CrossEncoder"]  # fmt: skip
+    from .profile import rerank_profile
+
+    served = ours.get(default) or CrossEncoderReranker(path, home=cfg.home, options=EngineOptions())
+    return (
+        _table(head, rows)
+        + "\n\nProfile of the default engine on this request (ONNX Runtime):\n\n"
+        + (rerank_profile(served, query, docs))
+    )
+
+
+def bench_http(cfg: BenchConfig) -> str:
+    from .http_load import ServerProcess, format_http_table, free_port, load
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = {**os.environ, **({"SAMELANG_HOME": str(cfg.home)} if cfg.home else {})}
+    cmd = [sys.executable, "-m", "samelang", "serve", "--port", str(port), "--generator", "none"]
+    log_path = Path(cfg.out) / "server.log"
+    x = load_xquad(["en", "zh"], split="test")
+    search = [{"query": q.text, "k": 10} for q in x.questions[:200]]
+    paragraphs = [d.text for d in x.documents()]
+    rerank = [{"query": q.text, "documents": paragraphs[(7 * i) % 140 : (7 * i) % 140 + 20]}
+              for i, q in enumerate(x.questions[:50])]  # fmt: skip
+    plan = {  # requests per concurrency level
+        "/search": {1: 40, 8: 120, 32: 320} if cfg.quick else {1: 100, 8: 400, 32: 1000},
+        "/rerank": {1: 4, 8: 8, 32: 32} if cfg.quick else {1: 10, 8: 24, 32: 64},
+    }
+    rows = []
+    with ServerProcess(cmd, url, log_path, env=env):
+        for path, payloads in (("/search", search), ("/rerank", rerank)):
+            for c, n in plan[path].items():
+                rows.append(load(url, path, payloads, concurrency=c, requests=n, timeout=600))
+    from .profile import search_profile
+
+    profile = search_profile(cfg.home, [p["query"] for p in search])
+    return format_http_table(rows) + (
+        "\n\nServer: `samelang serve --generator none` (bundled en+zh demo index, 480 paragraphs; defaults: "
+        "micro-batching on, 2 ms window); the load generator runs on the same cores.\n\n"
+        "Where a /search request's time goes (in process, same models and index, no HTTP):\n\n" + profile
+    )
+
+
+@dataclass
+class Built:
+    table: str
+    vectors: np.ndarray
+
+
+def bench_build(cfg: BenchConfig) -> Built:
+    import faiss
+
+    from indexes.corpora import XQUAD_LANGS
+    from indexes.index import build_index, open_index
+    from service.models.encoder import Encoder
+    from service.models.engine import EngineOptions
+    from service.models.registry import default_biencoder
+
+    langs = ["en", "zh"] if cfg.quick else list(XQUAD_LANGS)
+    docs = load_xquad(langs, split="all").documents()
+    t0 = time.perf_counter()
+    enc = Encoder(default_biencoder(cfg.home), home=cfg.home, options=EngineOptions())
+    load_s = time.perf_counter() - t0
+    with tempfile.TemporaryDirectory(prefix="samelang-bench-") as tmp:
+        t0 = time.perf_counter()
+        build_index(Path(tmp) / "idx", docs, enc.encode_passages, enc.info, source="bench")
+        build_s = time.perf_counter() - t0
+        index = open_index(Path(tmp) / "idx", enc.info)
+        vectors = faiss.downcast_index(index.faiss_index.index).reconstruct_n(0, index.size)  # flat: row = id
+        index.close()
+    per_doc = build_s / len(docs)
+    rows = [[f"XQuAD {'+'.join(langs) if len(langs) < 12 else 'all 12 languages'}", f"{len(docs):,}",
+             f"{build_s:.1f}", f"{len(docs) / build_s:.1f}", f"{per_doc * 2880:.0f}", f"{load_s:.1f}",
+             enc.engine.precision]]  # fmt: skip
+    head = ["corpus", "paragraphs", "build s", "paragraphs/s", "2,880 paragraphs s (projected)", "model load s",
+            "precision"]  # fmt: skip
+    return Built(_table(head, rows), np.asarray(vectors, dtype=np.float32))
+
+
+def bench_scale(cfg: BenchConfig, seeds: np.ndarray) -> str:
+    from .scale import format_scale_table, run_scale
+
+    sizes = (10_000, 100_000) if cfg.quick else (10_000, 100_000, 1_000_000)
+    rows = run_scale(seeds, sizes=sizes, n_queries=200, k=10)
+    return format_scale_table(rows) + (
+        f"\n\nVectors: perturbations of the {len(seeds):,} real paragraph embeddings of the build section "
+        "(clustered like real data, not iid Gaussian); latency = one query per search call, as /search does."
+    )
+
+
+def run(cfg: BenchConfig) -> str:
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    parts = [f"# samelang bench{' --quick' if cfg.quick else ''}\n\nMachine: {cpu_line()}; torch threads: "
+             f"{_threads()}; repeats: {cfg.repeats} (medians)."]  # fmt: skip
+    seeds = None
+    for name in cfg.sections:
+        t0 = time.perf_counter()
+        print(f"[bench] {name} ...", file=sys.stderr, flush=True)
+        if name == "build":
+            built = bench_build(cfg)
+            seeds, text = built.vectors, built.table
+        elif name == "scale":
+            if seeds is None:
+                seeds = bench_build(cfg).vectors
+            text = bench_scale(cfg, seeds)
+        elif name == "embed":
+            text = bench_embed(cfg)
+        elif name == "rerank":
+            text = bench_rerank(cfg)
+        elif name == "http":
+            text = bench_http(cfg)
+        else:
+            raise ValueError(f"unknown section {name!r}")
+        parts.append(f"## {name} ({time.perf_counter() - t0:.0f} s)\n\n{text}")
+        (out / "bench.md").write_text("\n\n".join(parts) + "\n")
+    return "\n\n".join(parts)
+
+
+def _threads() -> int:
+    import torch
+
+    return torch.get_num_threads()

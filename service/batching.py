@@ -1,0 +1,110 @@
+"""Request micro-batching: concurrent callers' inputs run as one forward pass.
+
+Each HTTP request runs in a worker thread and asks for a few embeddings (one query) or a few
+dozen scores (one /rerank). Run one by one, 32 concurrent /search requests cost 32 forward passes
+of one short query each; gathered, they cost one pass over 32 queries, which on a CPU takes
+little more than one. A single model thread also keeps the cores from being oversubscribed by
+competing forward passes.
+
+The gathering window opens when the first item arrives and closes after ``max_wait_ms`` or as
+soon as ``max_items`` inputs are waiting, so a lone request waits at most ``max_wait_ms``.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class _Job:
+    items: Sequence
+    future: Future = field(default_factory=Future)
+
+
+class MicroBatcher:
+    """Thread-safe: ``submit(items)`` blocks until ``fn`` has run on a batch holding ``items``
+    and returns exactly the rows of ``fn``'s output that belong to them, in their order.
+
+    ``fn`` maps a list of inputs to an array with one row (or element) per input. An exception
+    in ``fn`` is raised in every caller of that batch. ``on_batch(n_inputs, n_requests)`` is
+    told each batch's size (metrics)."""
+
+    def __init__(
+        self,
+        fn: Callable[[list], np.ndarray],
+        max_wait_ms: float = 2.0,
+        max_items: int = 64,
+        name: str = "batcher",
+        on_batch: Callable[[int, int], None] | None = None,
+    ):
+        if max_wait_ms < 0 or max_items < 1:
+            raise ValueError("max_wait_ms must be >= 0 and max_items >= 1")
+        self.fn, self.max_wait, self.max_items, self.on_batch = fn, max_wait_ms / 1000.0, max_items, on_batch
+        self._queue: queue.Queue[_Job | None] = queue.Queue()
+        self._closed = False
+        self._thread = threading.Thread(target=self._loop, name=f"samelang-{name}", daemon=True)
+        self._thread.start()
+
+    def submit(self, items: Sequence) -> np.ndarray:
+        if self._closed:
+            raise RuntimeError("the micro-batcher is closed")
+        if len(items) == 0:
+            return np.asarray(self.fn([]))
+        job = _Job(list(items))
+        self._queue.put(job)
+        return job.future.result()
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._queue.put(None)
+            self._thread.join(timeout=10)
+
+    # -- worker ------------------------------------------------------------------------------
+    def _gather(self, first: _Job) -> tuple[list[_Job], bool]:
+        jobs, n = [first], len(first.items)
+        deadline = time.perf_counter() + self.max_wait
+        while n < self.max_items:
+            timeout = deadline - time.perf_counter()
+            try:
+                job = self._queue.get(timeout=timeout) if timeout > 0 else self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if job is None:
+                return jobs, True
+            jobs.append(job)
+            n += len(job.items)
+        return jobs, False
+
+    def _loop(self) -> None:
+        stop = False
+        while not stop:
+            first = self._queue.get()
+            if first is None:
+                return
+            jobs, stop = self._gather(first)
+            self._run(jobs)
+
+    def _run(self, jobs: list[_Job]) -> None:
+        inputs = [x for j in jobs for x in j.items]
+        try:
+            out = np.asarray(self.fn(inputs))
+            if len(out) != len(inputs):
+                raise RuntimeError(f"batched function returned {len(out)} rows for {len(inputs)} inputs")
+        except BaseException as e:  # noqa: BLE001 - every waiting caller must be released
+            for j in jobs:
+                j.future.set_exception(e)
+            return
+        if self.on_batch is not None:
+            self.on_batch(len(inputs), len(jobs))
+        start = 0
+        for j in jobs:
+            j.future.set_result(out[start : start + len(j.items)])
+            start += len(j.items)

@@ -1,0 +1,369 @@
+"""One inference engine for every encoder forward pass: search, rerank, answer, index build, eval.
+
+Why one engine: on a 2-core CPU the forward pass is the whole cost, and three things decide it,
+the same for the bi-encoder and the cross-encoder:
+
+* **batches bounded by padded tokens, not by count**: inputs are tokenised once, sorted by length
+  and cut into batches of at most ``max_batch_tokens`` padded tokens, so no batch pads a short text
+  to a long one and activations stay in cache (here 8 x 184-token passages run ~1.7x faster per
+  passage than sentence-transformers' 32);
+* **precision**: ``fp32`` (reference), ``int8`` (ONNX Runtime dynamic quantisation, per-channel
+  int8 weights of every MatMul/Attention, activations quantised per batch), ``bf16``/``fp16``
+  (torch; bf16 is native only on CPUs with AVX512_BF16/AMX, elsewhere emulated and slow; fp16 on
+  GPU only);
+* **backend**: ``onnx`` (ONNX Runtime with its fused BERT graph: one Attention, SkipLayerNorm and
+  BiasGelu kernel per layer) or ``torch`` (eager/SDPA; the only one on GPU).
+
+``precision="auto"`` takes what the model folder's ``inference.json`` recorded as the fastest
+precision within 0.3 points of fp32 on the eval tables (written by ``samelang eval precision``),
+and fp32 when there is none. ONNX graphs are exported once per model fingerprint and precision
+into ``$SAMELANG_HOME/cache/onnx`` (written to a scratch folder, then renamed).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from indexes.atomic import atomic_dir
+
+log = logging.getLogger("samelang")
+
+PRECISIONS = ("auto", "fp32", "bf16", "fp16", "int8")
+BACKENDS = ("auto", "torch", "onnx")
+INFERENCE_CARD = "inference.json"
+ONNX_FORMAT = 1  # bump when the exported graph changes, so that caches are rebuilt
+
+# Recorded tolerances against fp32 (tests/service/models/test_engine.py checks them on multilingual
+# texts): minimum cosine of embeddings, maximum absolute difference of sigmoid reranker scores.
+EMBEDDING_MIN_COSINE = {"fp32": 0.9999, "bf16": 0.99, "fp16": 0.99, "int8": 0.98}
+SCORE_MAX_ABS_DIFF = {"fp32": 1e-4, "bf16": 0.03, "fp16": 0.03, "int8": 0.2}  # int8: up to 0.155 seen on XQuAD
+
+
+class EngineConfigError(ValueError):
+    """A precision/backend combination this host cannot run (message says which flag to change)."""
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """How to run a model (each is a ``samelang serve`` flag with a ``SAMELANG_*`` twin)."""
+
+    precision: str = "auto"
+    backend: str = "auto"
+    max_batch_tokens: int = 1024  # padded tokens per forward pass: CPU caches favour ~1k (bench); GPUs want ~32k
+    max_batch_size: int = 64
+    threads: int | None = None
+
+    def __post_init__(self):
+        if self.precision not in PRECISIONS:
+            raise EngineConfigError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+        if self.backend not in BACKENDS:
+            raise EngineConfigError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
+        if self.max_batch_tokens < 16 or self.max_batch_size < 1:
+            raise EngineConfigError("max_batch_tokens must be >= 16 and max_batch_size >= 1")
+
+
+def cpu_flags() -> set[str]:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def cpu_has_bf16() -> bool:
+    """Native bf16 matmuls on this CPU (AVX512_BF16 or AMX); elsewhere torch emulates them, slowly."""
+    return bool(cpu_flags() & {"avx512_bf16", "amx_bf16"})
+
+
+def recorded_precision(model_dir: Path | None, device: str) -> str | None:
+    """The precision ``samelang eval precision`` chose for ``device`` ("cpu"/"cuda"), if any."""
+    if model_dir is None:
+        return None
+    card = Path(model_dir) / INFERENCE_CARD
+    if not card.exists():
+        return None
+    return json.loads(card.read_text()).get("default_precision", {}).get(device)
+
+
+def resolve(options: EngineOptions, device: str, model_dir: Path | None = None) -> EngineOptions:
+    """Concrete precision and backend for ``device``; raises EngineConfigError for impossible pairs."""
+    precision = options.precision
+    if precision == "auto":
+        precision = recorded_precision(model_dir, "cuda" if device.startswith("cuda") else "cpu") or "fp32"
+    backend = options.backend
+    on_gpu = device.startswith("cuda")
+    if backend == "auto":
+        backend = "onnx" if (not on_gpu and precision in ("fp32", "int8") and _has_onnxruntime()) else "torch"
+    if precision == "int8" and (backend != "onnx" or on_gpu):
+        raise EngineConfigError("precision int8 runs on the CPU with --backend onnx (needs onnxruntime)")
+    if backend == "onnx" and on_gpu:
+        raise EngineConfigError("--backend onnx is CPU only here; use --backend torch on GPU")
+    if backend == "onnx" and precision not in ("fp32", "int8"):
+        raise EngineConfigError(f"--backend onnx runs fp32 or int8, not {precision}")
+    if precision == "fp16" and not on_gpu:
+        raise EngineConfigError("precision fp16 needs a GPU (--device cuda); on CPU use fp32, int8 or bf16")
+    if precision == "bf16" and not on_gpu and not cpu_has_bf16():
+        log.warning("this CPU has no native bf16 (AVX512_BF16/AMX): bf16 is emulated and slow")
+    if backend == "onnx" and not _has_onnxruntime():
+        raise EngineConfigError("--backend onnx needs onnxruntime: pip install onnxruntime")
+    return replace(options, precision=precision, backend=backend)
+
+
+def _has_onnxruntime() -> bool:
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+# ------------------------------------------------------------------------------------------- batching
+def token_batches(lengths: list[int], max_tokens: int, max_size: int) -> list[np.ndarray]:
+    """Indices grouped longest first into batches whose padded size (n x longest) stays within
+    ``max_tokens`` (a longer text still gets a batch of its own)."""
+    order = np.argsort(-np.asarray(lengths), kind="stable")
+    batches, cur, cur_max = [], [], 0
+    for i in order:
+        if cur and (max(cur_max, lengths[i]) * (len(cur) + 1) > max_tokens or len(cur) >= max_size):
+            batches.append(np.asarray(cur))
+            cur, cur_max = [], 0
+        cur.append(i)
+        cur_max = max(cur_max, lengths[i])
+    if cur:
+        batches.append(np.asarray(cur))
+    return batches
+
+
+# ------------------------------------------------------------------------------------------- backends
+class _Head:
+    """What a forward pass returns: mean-pooled token states (bi-encoder) or the first logit."""
+
+    EMBED, SCORE = "embed", "score"
+
+
+def _wrapper(model, kind: str):
+    import torch
+
+    class Pooled(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, input_ids, attention_mask):
+            if kind == _Head.SCORE:
+                return self.m(input_ids=input_ids, attention_mask=attention_mask).logits[:, :1]
+            h = self.m(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            mask = attention_mask.unsqueeze(-1).to(h.dtype)
+            return (h * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+
+    return Pooled(model).eval()
+
+
+class TorchBackend:
+    def __init__(self, model, kind: str, precision: str, device: str):
+        import torch
+
+        dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+        self.device = device
+        self.module = _wrapper(model, kind).to(device=device, dtype=dtype)
+
+    def __call__(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+        import torch
+
+        with torch.inference_mode():
+            ids = torch.from_numpy(input_ids).to(self.device)
+            mask = torch.from_numpy(attention_mask).to(self.device)
+            return self.module(ids, mask).float().cpu().numpy()
+
+
+def onnx_path(cache: Path, fingerprint: str, kind: str, precision: str) -> Path:
+    return Path(cache) / "onnx" / f"{fingerprint[:16]}-{kind}-{precision}-v{ONNX_FORMAT}" / "model.onnx"
+
+
+def export_onnx(model, kind: str, precision: str, target: Path) -> Path:
+    """Export ``model`` (a transformers BERT-family module) to ONNX, fuse it with ONNX Runtime's
+    transformer optimizer, and for int8 quantise it dynamically; atomic: ``target``'s folder
+    appears complete or not at all."""
+    import torch
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    from onnxruntime.transformers import optimizer
+
+    t0 = time.perf_counter()
+    cfg = model.config
+    with tempfile.TemporaryDirectory(prefix="samelang-onnx-") as tmp, atomic_dir(target.parent) as out:
+        raw, fused = Path(tmp) / "raw.onnx", Path(tmp) / "fused.onnx"
+        attn = getattr(cfg, "_attn_implementation", None)
+        if hasattr(model, "set_attn_implementation"):
+            model.set_attn_implementation("eager")  # the exporter traces eager attention; ORT fuses it back
+        ids = torch.tensor([[0, 100, 200, 2], [0, 300, 2, 1]], dtype=torch.long)
+        mask = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]], dtype=torch.long)
+        try:
+            # the tracer's warnings concern python-side shape checks that ORT's fused Attention replaces
+            with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                torch.onnx.export(
+                    _wrapper(model, kind),
+                    (ids, mask),
+                    str(raw),
+                    input_names=["input_ids", "attention_mask"],
+                    output_names=["output"],
+                    dynamic_axes={"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"}},
+                    opset_version=17,
+                    dynamo=False,
+                )
+        finally:
+            if attn and hasattr(model, "set_attn_implementation"):
+                model.set_attn_implementation(attn)
+        opt = optimizer.optimize_model(
+            str(raw), model_type="bert", num_heads=cfg.num_attention_heads, hidden_size=cfg.hidden_size
+        )
+        opt.save_model_to_file(str(fused))
+        raw.unlink()
+        if precision == "int8":
+            root, level = logging.getLogger(), logging.getLogger().level
+            root.setLevel(logging.ERROR)  # the quantiser logs a generic "consider pre-processing" hint
+            try:
+                quantize_dynamic(
+                    str(fused),
+                    str(out / target.name),
+                    weight_type=QuantType.QInt8,
+                    per_channel=True,
+                    op_types_to_quantize=["MatMul", "Attention"],
+                    extra_options={"DefaultTensorType": 1},  # FLOAT: the fused ops' outputs have no inferred type
+                )
+            finally:
+                root.setLevel(level)
+        else:
+            shutil.move(str(fused), out / target.name)
+        (out / "export.json").write_text(
+            json.dumps({"kind": kind, "precision": precision, "seconds": round(time.perf_counter() - t0, 1)})
+        )
+    return target
+
+
+class OnnxBackend:
+    def __init__(self, model, kind: str, precision: str, fingerprint: str, cache: Path, threads: int | None):
+        import onnxruntime as ort
+
+        path = onnx_path(cache, fingerprint, kind, precision)
+        if not path.exists():
+            log.warning("samelang: exporting %s (%s) to ONNX %s once, ~1 min ...", kind, precision, path.parent)
+            export_onnx(model, kind, precision, path)
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = threads or _default_threads()
+        so.inter_op_num_threads = 1
+        # idle worker threads sleep instead of spinning: the encoder and the reranker share two cores
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        self.session = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+        self.path = path
+
+    def __call__(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+        return self.session.run(None, {"input_ids": input_ids, "attention_mask": attention_mask})[0]
+
+
+def _default_threads() -> int:
+    try:
+        import torch
+
+        return torch.get_num_threads()
+    except ImportError:  # pragma: no cover
+        return os.cpu_count() or 1
+
+
+# --------------------------------------------------------------------------------------------- engine
+class InferenceEngine:
+    """Tokenise, sort by length, run token-bounded batches on the chosen backend, restore order.
+
+    ``kind`` is ``"embed"`` (mean-pooled, L2-normalised embeddings) or ``"score"`` (one logit
+    per pair, through ``activation``)."""
+
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        kind: str,
+        fingerprint: str,
+        cache: Path,
+        options: EngineOptions = EngineOptions(),
+        device: str = "cpu",
+        max_length: int = 512,
+        model_dir: Path | None = None,
+        activation=None,
+    ):
+        if kind not in (_Head.EMBED, _Head.SCORE):
+            raise ValueError(f"kind must be 'embed' or 'score', got {kind!r}")
+        self.options = resolve(options, device, model_dir)
+        self.kind, self.tokenizer, self.max_length, self.activation = kind, tokenizer, max_length, activation
+        if self.options.threads:
+            import torch
+
+            torch.set_num_threads(self.options.threads)
+        if self.options.backend == "onnx":
+            self.backend = OnnxBackend(model, kind, self.options.precision, fingerprint, cache, self.options.threads)
+        else:
+            self.backend = TorchBackend(model, kind, self.options.precision, device)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+
+    @property
+    def precision(self) -> str:
+        return self.options.precision
+
+    @property
+    def backend_name(self) -> str:
+        return self.options.backend
+
+    def describe(self) -> dict:
+        o = self.options
+        return {"precision": o.precision, "backend": o.backend, "max_batch_tokens": o.max_batch_tokens}
+
+    def _tokenise(self, inputs: list) -> list[list[int]]:
+        if self.kind == _Head.SCORE:
+            a, b = [x[0] for x in inputs], [x[1] for x in inputs]
+            enc = self.tokenizer(a, b, truncation=True, max_length=self.max_length)
+        else:
+            enc = self.tokenizer(list(inputs), truncation=True, max_length=self.max_length)
+        return enc["input_ids"]
+
+    def run(self, inputs: list, progress: bool = False) -> np.ndarray:
+        """Embeddings (n, dim) or scores (n,) for ``inputs`` (texts, or (query, document) pairs)."""
+        if len(inputs) == 0:
+            return np.zeros((0,) if self.kind == _Head.SCORE else (0, 0), dtype=np.float32)
+        ids = self._tokenise(inputs)
+        lengths = [len(x) for x in ids]
+        out: np.ndarray | None = None
+        batches = token_batches(lengths, self.options.max_batch_tokens, self.options.max_batch_size)
+        bar = tqdm(total=len(inputs), desc=f"{self.kind} ({self.precision})", unit="input", disable=not progress)
+        for batch in batches:
+            width = max(lengths[i] for i in batch)
+            input_ids = np.full((len(batch), width), self.pad_id, dtype=np.int64)
+            mask = np.zeros((len(batch), width), dtype=np.int64)
+            for r, i in enumerate(batch):
+                input_ids[r, : lengths[i]] = ids[i]
+                mask[r, : lengths[i]] = 1
+            y = np.asarray(self.backend(input_ids, mask), dtype=np.float32)
+            if out is None:
+                out = np.zeros((len(inputs), y.shape[1]), dtype=np.float32)
+            out[batch] = y
+            bar.update(len(batch))
+        bar.close()
+        if self.kind == _Head.SCORE:
+            s = out[:, 0]
+            return self.activation(s) if self.activation is not None else s
+        return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    return (1.0 / (1.0 + np.exp(-x.astype(np.float64)))).astype(np.float32)

@@ -1,0 +1,79 @@
+"""The HTTP load harness against real servers: a uvicorn thread for `load`, a subprocess for `ServerProcess`."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+
+from bench.http_load import ServerProcess, format_http_table, free_port, load
+from tests.bench._tiny_app import app
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def base_url():
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert time.monotonic() < deadline, "tiny app did not start"
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(10)
+
+
+def test_load_ok(base_url):
+    r = load(base_url, "/ok", [{"q": i} for i in range(3)], concurrency=4, requests=20)
+    assert r["errors"] == 0 and r["first_error"] is None
+    assert r["requests"] == 20 and r["concurrency"] == 4 and r["path"] == "/ok"
+    assert 0 < r["p50_ms"] <= r["p95_ms"] <= r["p99_ms"]
+    assert r["throughput_rps"] > 0 and r["wall_s"] > 0
+
+
+def test_load_counts_errors(base_url):
+    r = load(base_url, "/fail", [{}], concurrency=4, requests=20)
+    assert r["errors"] == 20 and "500" in r["first_error"]
+    assert r["throughput_rps"] == 0 and r["p50_ms"] is None
+
+
+def test_load_counts_connection_errors():
+    r = load(f"http://127.0.0.1:{free_port()}", "/ok", [{}], concurrency=2, requests=5, timeout=2)
+    assert r["errors"] == 5 and "ConnectError" in r["first_error"]
+
+
+def test_http_table(base_url):
+    rows = [load(base_url, "/ok", [{}], concurrency=c, requests=10) for c in (1, 4)]
+    lines = format_http_table(rows).splitlines()
+    assert len(lines) == 4
+    assert lines[2].endswith("| 1.00 |")
+
+
+def test_server_process_ready_then_terminated(tmp_path):
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    cmd = [sys.executable, "-m", "uvicorn", "tests.bench._tiny_app:app", "--port", str(port)]
+    with ServerProcess(cmd, url, tmp_path / "server.log", cwd=REPO, ready_timeout=60) as server:
+        assert httpx.get(url + "/ready").status_code == 200
+        assert server.proc.poll() is None
+    assert server.proc.poll() is not None
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(url + "/ready", timeout=2)
+
+
+def test_server_process_that_exits_raises(tmp_path):
+    log = tmp_path / "dead.log"
+    cmd = [sys.executable, "-c", "import sys; print('boom before ready'); sys.exit(3)"]
+    with pytest.raises(RuntimeError, match="dead.log") as e:
+        with ServerProcess(cmd, f"http://127.0.0.1:{free_port()}", log, ready_timeout=30):
+            pass
+    assert "boom before ready" in str(e.value) and "code 3" in str(e.value)

@@ -1,0 +1,115 @@
+"""The inference engine: every precision mode against fp32 on the real converted base model and
+the shipped LAMAR reranker (multilingual texts of different lengths, so batches are padded), the
+token-bounded batching, and the precision/backend rules."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from service.models.engine import (
+    EMBEDDING_MIN_COSINE,
+    SCORE_MAX_ABS_DIFF,
+    EngineConfigError,
+    EngineOptions,
+    resolve,
+    token_batches,
+)
+
+TEXTS = [
+    "The Rhine flows from the Swiss Alps to the North Sea and passes through Cologne.",
+    "柏林是德国的首都，也是人口最多的城市。",
+    "القاهرة هي عاصمة مصر وأكبر مدنها.",
+    "Der Bundestag tagt im Reichstagsgebäude in Berlin.",
+    "Η Αθήνα είναι η πρωτεύουσα της Ελλάδας " * 6,
+    "Москва",
+]
+# (precision, backend) modes that run on any CPU; bf16 is native only with AVX512_BF16/AMX and
+# emulated elsewhere (slow but correct), so its numbers are checked here too.
+MODES = [("fp32", "torch"), ("fp32", "onnx"), ("int8", "onnx"), ("bf16", "torch")]
+
+
+def test_token_batches_cover_every_input_once_within_the_budget():
+    lengths = [5, 300, 17, 17, 120, 9, 64, 64, 64, 2]
+    batches = token_batches(lengths, max_tokens=256, max_size=3)
+    flat = np.concatenate(batches)
+    assert sorted(flat.tolist()) == list(range(len(lengths)))
+    assert [lengths[i] for i in flat] == sorted(lengths, reverse=True)  # longest first, no padding waste
+    for b in batches:
+        longest = max(lengths[i] for i in b)
+        assert len(b) <= 3 and (len(b) == 1 or longest * len(b) <= 256)
+    assert batches[0].tolist() == [1]  # a text longer than the budget gets a batch of its own
+
+
+@pytest.fixture(scope="module")
+def st_reference(st_model):
+    return st_model.encode(TEXTS, prompt_name="passage", normalize_embeddings=True)
+
+
+@pytest.mark.parametrize(("precision", "backend"), MODES)
+def test_embeddings_match_fp32_within_the_recorded_tolerance(base_model_path, st_reference, precision, backend):
+    from service.models.encoder import Encoder
+
+    enc = Encoder(base_model_path, options=EngineOptions(precision=precision, backend=backend))
+    assert (enc.engine.precision, enc.engine.backend_name) == (precision, backend)
+    got = enc.encode_passages(TEXTS)
+    assert got.shape == st_reference.shape and np.allclose(np.linalg.norm(got, axis=1), 1, atol=1e-5)
+    cos = (got * st_reference).sum(axis=1)
+    assert cos.min() >= EMBEDDING_MIN_COSINE[precision], (precision, backend, cos)
+    # order is restored after length sorting: each text is nearest to its own reference
+    assert ((got @ st_reference.T).argmax(axis=1) == np.arange(len(TEXTS))).all()
+
+
+@pytest.fixture(scope="module")
+def lamar_reference(samelang_home):
+    from service.models.registry import LAMAR_RERANKER
+    from service.models.reranker import load_cross_encoder
+
+    ce = load_cross_encoder(LAMAR_RERANKER, home=samelang_home)
+    query = "What is the capital of Germany?"
+    pairs = [(query, t) for t in TEXTS]
+    return pairs, ce.predict(pairs, convert_to_numpy=True)
+
+
+@pytest.mark.parametrize(("precision", "backend"), MODES)
+def test_reranker_scores_match_fp32_within_the_recorded_tolerance(samelang_home, lamar_reference, precision, backend):
+    from service.models.registry import LAMAR_RERANKER
+    from service.models.reranker import CrossEncoderReranker
+
+    pairs, ref = lamar_reference
+    rr = CrossEncoderReranker(LAMAR_RERANKER, home=samelang_home, options=EngineOptions(precision, backend))
+    got = rr.score_pairs(pairs)
+    assert got.shape == ref.shape
+    assert np.abs(got - ref).max() <= SCORE_MAX_ABS_DIFF[precision], (precision, backend, got, ref)
+    assert got.argmax() == ref.argmax()
+
+
+def test_onnx_graphs_are_exported_once_and_reused(base_model_path, samelang_home):
+    from service.models.encoder import Encoder, model_fingerprint
+    from service.models.engine import onnx_path
+
+    path = onnx_path(samelang_home / "cache", model_fingerprint(base_model_path), "embed", "fp32")
+    Encoder(base_model_path, options=EngineOptions("fp32", "onnx"))
+    stamp = (path.parent / "export.json").stat().st_mtime_ns
+    enc = Encoder(base_model_path, options=EngineOptions("fp32", "onnx"))
+    assert enc.engine.backend.path == path and (path.parent / "export.json").stat().st_mtime_ns == stamp
+    assert not list(path.parent.parent.glob(".*tmp*"))  # no scratch folder left behind
+
+
+def test_precision_rules(tmp_path):
+    with pytest.raises(EngineConfigError, match="int8 runs on the CPU with --backend onnx"):
+        resolve(EngineOptions("int8", "torch"), "cpu")
+    with pytest.raises(EngineConfigError, match="fp16 needs a GPU"):
+        resolve(EngineOptions("fp16", "torch"), "cpu")
+    with pytest.raises(EngineConfigError, match="onnx runs fp32 or int8"):
+        resolve(EngineOptions("bf16", "onnx"), "cpu")
+    with pytest.raises(EngineConfigError, match="precision must be one of"):
+        EngineOptions("int4")
+    assert resolve(EngineOptions(), "cpu", tmp_path).precision == "fp32"  # no card: the reference
+    (tmp_path / "inference.json").write_text(json.dumps({"default_precision": {"cpu": "int8"}}))
+    chosen = resolve(EngineOptions(), "cpu", tmp_path)
+    assert (chosen.precision, chosen.backend) == ("int8", "onnx")
+    assert resolve(EngineOptions(), "cuda", tmp_path).precision == "fp32"  # the card chose for the CPU only
+    assert resolve(EngineOptions("fp32"), "cpu", tmp_path).precision == "fp32"  # a flag wins over the card
