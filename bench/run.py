@@ -15,6 +15,7 @@ timed in alternation within each repetition, so machine noise hits both alike):
 from __future__ import annotations
 
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -93,8 +94,9 @@ def _table(head: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def _precisions() -> list[str]:
-    return ["fp32", "int8"] + (["bf16"] if cpu_has_bf16() else [])
+def _precisions(cfg: BenchConfig) -> list[str]:
+    """fp32 and the alternatives; ``--quick`` keeps fp32 only (each int8 graph is a one-off ~1 min export)."""
+    return ["fp32"] if cfg.quick else ["fp32", "int8"] + (["bf16"] if cpu_has_bf16() else [])
 
 
 # ------------------------------------------------------------------------------------------ sections
@@ -107,14 +109,15 @@ def bench_embed(cfg: BenchConfig) -> str:
     path = default_biencoder(home)
     n = 64 if cfg.quick else 160
     texts = [d.text for d in load_xquad(["en"], split="test").documents()[:n]]
-    ours = {p: Encoder(path, home=home, options=EngineOptions(precision=p)) for p in _precisions()}
+    ours = {p: Encoder(path, home=home, options=EngineOptions(precision=p)) for p in _precisions(cfg)}
     default = Encoder(path, home=home, options=EngineOptions()).engine.precision
     st = next(iter(ours.values())).model  # the same merged SentenceTransformer
     tok = st.tokenizer
     lengths = [len(x) for x in tok(["passage: " + t for t in texts], truncation=True, max_length=512)["input_ids"]]
     tokens = sum(lengths)
     fns = {"st32": lambda: st.encode(texts, prompt_name="passage", batch_size=32, normalize_embeddings=True)}
-    fns["st8"] = lambda: st.encode(texts, prompt_name="passage", batch_size=8, normalize_embeddings=True)
+    if not cfg.quick:  # how much of the gain is batch size alone
+        fns["st8"] = lambda: st.encode(texts, prompt_name="passage", batch_size=8, normalize_embeddings=True)
     for p, enc in ours.items():
         fns[p] = lambda enc=enc: enc.encode_passages(texts)
     sec = _median_alternating(fns, cfg.repeats)
@@ -150,7 +153,7 @@ def bench_rerank(cfg: BenchConfig) -> str:
     x = load_xquad(["en"], split="test")
     docs = [d.text for d in x.documents()[:20]]
     query = x.questions[0].text
-    ours = {p: CrossEncoderReranker(path, home=cfg.home, options=EngineOptions(precision=p)) for p in _precisions()}
+    ours = {p: CrossEncoderReranker(path, home=cfg.home, options=EngineOptions(precision=p)) for p in _precisions(cfg)}
     default = CrossEncoderReranker(path, home=cfg.home, options=EngineOptions()).engine.precision
     ce = next(iter(ours.values())).model
     pairs = [(query, d) for d in docs]
@@ -219,11 +222,12 @@ class Built:
 def bench_build(cfg: BenchConfig) -> Built:
     import faiss
 
+    from indexes.atomic import atomic_dir
     from indexes.corpora import XQUAD_LANGS
-    from indexes.index import build_index, open_index
+    from indexes.index import IndexNotFound, build_index, current_generation, open_index
     from service.models.encoder import Encoder
     from service.models.engine import EngineOptions
-    from service.models.registry import default_biencoder
+    from service.models.registry import default_biencoder, demo_index_path
 
     langs = ["en", "zh"] if cfg.quick else list(XQUAD_LANGS)
     docs = load_xquad(langs, split="all").documents()
@@ -232,11 +236,18 @@ def bench_build(cfg: BenchConfig) -> Built:
     load_s = time.perf_counter() - t0
     with tempfile.TemporaryDirectory(prefix="samelang-bench-") as tmp:
         t0 = time.perf_counter()
-        build_index(Path(tmp) / "idx", docs, enc.encode_passages, enc.info, source="bench")
+        source = f"xquad:{','.join(langs)}:all"  # what `samelang serve` builds for its demo index
+        build_index(Path(tmp) / "idx", docs, enc.encode_passages, enc.info, source=source)
         build_s = time.perf_counter() - t0
         index = open_index(Path(tmp) / "idx", enc.info)
         vectors = faiss.downcast_index(index.faiss_index.index).reconstruct_n(0, index.size)  # flat: row = id
         index.close()
+        demo = demo_index_path(cfg.home, ",".join(langs), enc.fingerprint)
+        try:
+            current_generation(demo)
+        except IndexNotFound:  # the en+zh build is the server's demo index: the http section need not redo it
+            with atomic_dir(demo) as scratch:
+                shutil.copytree(Path(tmp) / "idx", scratch, dirs_exist_ok=True)
     per_doc = build_s / len(docs)
     rows = [[f"XQuAD {'+'.join(langs) if len(langs) < 12 else 'all 12 languages'}", f"{len(docs):,}",
              f"{build_s:.1f}", f"{len(docs) / build_s:.1f}", f"{per_doc * 2880:.0f}", f"{load_s:.1f}",
