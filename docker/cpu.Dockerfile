@@ -1,4 +1,5 @@
-# CPU image of the service; the CUDA images come with the GPU-host issue (#7).
+# CPU image of the service (no GPU needed): `docker build -f docker/cpu.Dockerfile -t samelang-cpu .`
+# The GPU-host images (service with CUDA torch + faiss-gpu, and training) are in docker/Dockerfile.
 FROM python:3.11.9-slim-bookworm
 RUN useradd --create-home --uid 10001 samelang
 WORKDIR /app
@@ -7,9 +8,13 @@ COPY samelang samelang
 COPY indexes indexes
 COPY service service
 COPY training training
-RUN pip install --no-cache-dir '.[cpu,generator]'
-USER samelang
+COPY bench bench
+COPY models models
+# editable: the service finds the shipped models/ next to its package folders in /app
+RUN pip install --no-cache-dir torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu \
+    && pip install --no-cache-dir -e '.[cpu,generator]'
+USER 10001
 ENV SAMELANG_HOME=/data SAMELANG_HOST=0.0.0.0
 EXPOSE 8000
-HEALTHCHECK --interval=30s --timeout=5s --start-period=600s CMD python -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/health')"
+HEALTHCHECK --interval=30s --timeout=5s --start-period=600s CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/health')"]
 CMD ["samelang", "serve"]

@@ -20,7 +20,8 @@ def _default_home() -> Path:
 class Settings(BaseSettings):
     """Process-wide configuration (``SAMELANG_<FIELD>`` in the environment)."""
 
-    model_config = SettingsConfigDict(env_prefix="SAMELANG_", extra="ignore")
+    # an empty variable (compose passes `SAMELANG_INDEX=` through) means "not set", not an empty path
+    model_config = SettingsConfigDict(env_prefix="SAMELANG_", extra="ignore", env_ignore_empty=True)
 
     home: Path = Field(default_factory=_default_home, description="cache for converted models and built indexes")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="torch device for the encoders")

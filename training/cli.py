@@ -138,7 +138,7 @@ def _evaluate(
     names = (["base"] if with_base else []) + (names or [Path(m).name for m in models])
     results = {}
     for name, path in zip(names, ([base_path] if with_base else []) + models, strict=True):
-        enc = Encoder(path, home=cfg.home, options=EngineOptions(precision=precision))
+        enc = Encoder(path, device=cfg.torch_device(), home=cfg.home, options=EngineOptions(precision=precision))
         results[name] = evaluate(embed_xquad(enc, cfg.home / "cache"))
         del enc
     return results
@@ -276,7 +276,8 @@ def eval_reranker_cmd(
             )
         model = [served]
     retriever = retriever or default_biencoder(cfg.home)
-    emb = embed_xquad(Encoder(retriever, home=cfg.home), cfg.home / "cache")
+    device = cfg.torch_device()
+    emb = embed_xquad(Encoder(retriever, device=device, home=cfg.home), cfg.home / "cache")
     results = {}
     if reference:
         results[f"no reranker ({Path(retriever).name} cosine)"] = ev.evaluate_reranker(
@@ -284,13 +285,13 @@ def eval_reranker_cmd(
         )
     for other in cosine or []:
         path = ensure_base_model(cfg.home) if other == "base" else Path(other)
-        other_emb = embed_xquad(Encoder(path, home=cfg.home), cfg.home / "cache")
+        other_emb = embed_xquad(Encoder(path, device=device, home=cfg.home), cfg.home / "cache")
         results[f"{Path(path).name} cosine"] = ev.evaluate_reranker(ev.cosine_scorer(other_emb), emb, max_questions)
     texts = ev.load_texts()
     runs = {}
     for path in model:
         reranker = CrossEncoderReranker(
-            path, max_length=max_length, home=cfg.home, options=EngineOptions(precision=precision)
+            path, device=device, max_length=max_length, home=cfg.home, options=EngineOptions(precision=precision)
         )
         identity = f"{model_fingerprint(Path(path))}|max_length={max_length}"
         identity += "" if reranker.numerics == "fp32" else f"|{reranker.numerics}"
@@ -346,8 +347,10 @@ def eval_precision_cmd(
     from .evaluation.biencoder import embed_xquad, evaluate
 
     cfg = settings(home=home)
-    cache = cfg.home / "cache"
-    precisions = ["fp32", *(precision or (["int8"] + (["bf16"] if cpu_has_bf16() else [])))]
+    cache, device = cfg.home / "cache", cfg.torch_device()
+    on_gpu = device.startswith("cuda")
+    alternatives = ["bf16", "fp16"] if on_gpu else ["int8"] + (["bf16"] if cpu_has_bf16() else [])
+    precisions = ["fp32", *(precision or alternatives)]
     biencoder = biencoder or default_biencoder(cfg.home)
     skip = reranker is not None and str(reranker).lower() == "none"
     reranker_path = None if skip else (reranker or default_reranker(None))
@@ -356,7 +359,7 @@ def eval_precision_cmd(
 
     rows, emb_fp32 = [], None
     for p in dict.fromkeys(precisions):
-        enc = Encoder(biencoder, home=cfg.home, options=EngineOptions(precision=p))
+        enc = Encoder(biencoder, device=device, home=cfg.home, options=EngineOptions(precision=p))
         emb = embed_xquad(enc, cache)
         emb_fp32 = emb if p == "fp32" else emb_fp32
         rows.append(pr.biencoder_row(enc, evaluate(emb), repeats))
@@ -369,7 +372,7 @@ def eval_precision_cmd(
     if reranker_path is not None:
         texts, rows = ev.load_texts(), []
         for p in dict.fromkeys(precisions):
-            rr = CrossEncoderReranker(reranker_path, home=cfg.home, options=EngineOptions(precision=p))
+            rr = CrossEncoderReranker(reranker_path, device=device, home=cfg.home, options=EngineOptions(precision=p))
             identity = f"{model_fingerprint(Path(reranker_path))}|max_length=256"
             identity += "" if rr.numerics == "fp32" else f"|{rr.numerics}"
             scorer = ev.cached_scorer(ev.cross_encoder_scorer(rr, texts), cache, identity)
@@ -381,7 +384,8 @@ def eval_precision_cmd(
         report["reranker_rows"], report["reranker_default"] = rows, chosen
 
     how = (
-        f"Measured on {cpu} ({cfg.threads or 'all'} threads): speed = median of {repeats} runs over the first 64 "
+        f"Measured on {pr.device_name(device) if on_gpu else cpu} ({cfg.threads or 'all'} threads): "
+        f"speed = median of {repeats} runs over the first 64 "
         "English test paragraphs (bi-encoder) or one query x 20 paragraphs (reranker); quality on the XQuAD test "
         f"articles (reranker: {max_questions} questions per language, candidates from the fp32 retriever). "
         f"Default = the fastest precision within {tolerance} points of fp32 on every metric. "
@@ -394,5 +398,6 @@ def eval_precision_cmd(
     typer.echo(text)
     if card:
         for path, (rows, chosen, table) in sections.items():
-            pr.write_inference_card(path, rows, chosen, how)
-            _write_card_evaluation(path, f"{table}\n\n{how}\n", heading=PRECISION_HEADING)
+            pr.write_inference_card(path, rows, chosen, how, "cuda" if on_gpu else "cpu")
+            heading = PRECISION_HEADING + (" on GPU" if on_gpu else "")
+            _write_card_evaluation(path, f"{table}\n\n{how}\n", heading=heading)

@@ -16,8 +16,9 @@ the same for the bi-encoder and the cross-encoder:
 
 ``precision="auto"`` takes what the model folder's ``inference.json`` recorded as the fastest
 precision within 0.3 points of fp32 on the eval tables (written by ``samelang eval precision``),
-and fp32 when there is none. ONNX graphs are exported once per model fingerprint and precision
-into ``$SAMELANG_HOME/cache/onnx`` (written to a scratch folder, then renamed).
+and when there is none fp32 on CPU, bf16 (fp16 where the GPU lacks bf16) on GPU. ONNX graphs are
+exported once per model fingerprint and precision into ``$SAMELANG_HOME/cache/onnx`` (written to a
+scratch folder, then renamed).
 """
 
 from __future__ import annotations
@@ -101,10 +102,11 @@ def recorded_precision(model_dir: Path | None, device: str) -> str | None:
 def resolve(options: EngineOptions, device: str, model_dir: Path | None = None) -> EngineOptions:
     """Concrete precision and backend for ``device``; raises EngineConfigError for impossible pairs."""
     precision = options.precision
-    if precision == "auto":
-        precision = recorded_precision(model_dir, "cuda" if device.startswith("cuda") else "cpu") or "fp32"
-    backend = options.backend
     on_gpu = device.startswith("cuda")
+    if precision == "auto":
+        # no recorded choice: fp32 on CPU (the reference), half precision on GPU (tensor cores)
+        precision = recorded_precision(model_dir, "cuda" if on_gpu else "cpu") or (_gpu_half() if on_gpu else "fp32")
+    backend = options.backend
     if backend == "auto":
         backend = "onnx" if (not on_gpu and precision in ("fp32", "int8") and _has_onnxruntime()) else "torch"
     if precision == "int8" and (backend != "onnx" or on_gpu):
@@ -120,6 +122,12 @@ def resolve(options: EngineOptions, device: str, model_dir: Path | None = None) 
     if backend == "onnx" and not _has_onnxruntime():
         raise EngineConfigError("--backend onnx needs onnxruntime: pip install onnxruntime")
     return replace(options, precision=precision, backend=backend)
+
+
+def _gpu_half() -> str:
+    import torch
+
+    return "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "fp16"
 
 
 def _has_onnxruntime() -> bool:

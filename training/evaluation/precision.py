@@ -89,14 +89,30 @@ def markdown(rows: list[dict], metrics: tuple[str, ...], speed_key: str, chosen:
     return "\n".join(lines)
 
 
-def write_inference_card(model_dir: Path, rows: list[dict], chosen: str, note: str) -> None:
-    """``inference.json`` (what ``precision=auto`` reads) and the card's precision section."""
+def write_inference_card(model_dir: Path, rows: list[dict], chosen: str, note: str, device: str = "cpu") -> None:
+    """``inference.json`` (what ``precision=auto`` reads): the choice for ``device`` ("cpu" or
+    "cuda"), keeping the other device's; the card section is written by the caller."""
     import json
 
     from indexes.atomic import atomic_write_text
 
-    card = {"default_precision": {"cpu": chosen}, "comparison": rows, "note": note}
-    atomic_write_text(Path(model_dir) / "inference.json", json.dumps(card, indent=2) + "\n")
+    path = Path(model_dir) / "inference.json"
+    card = json.loads(path.read_text()) if path.exists() else {}
+    card.setdefault("default_precision", {})[device] = chosen
+    card.setdefault("comparison", {})
+    if isinstance(card["comparison"], list):  # first format: CPU rows only
+        card["comparison"] = {"cpu": card["comparison"]}
+    card["comparison"][device] = rows
+    card.setdefault("note", {})
+    card["note"] = {"cpu": card["note"]} if isinstance(card["note"], str) else card["note"]
+    card["note"][device] = note
+    atomic_write_text(path, json.dumps(card, indent=2) + "\n")
+
+
+def device_name(device: str) -> str:
+    import torch
+
+    return torch.cuda.get_device_name(torch.device(device))
 
 
 def cpu_model() -> str:

