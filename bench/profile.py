@@ -14,8 +14,6 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
-import numpy as np
-
 
 def profile_session(model_path: Path, feeds: list[dict], threads: int | None = None) -> list[tuple[str, float, int]]:
     """(op type, total ms, calls) over ``feeds``, largest first, from ORT's profiler."""
@@ -44,23 +42,13 @@ def rerank_profile(reranker, query: str, documents: list[str]) -> str:
     engine = reranker.engine
     if engine.backend_name != "onnx":
         return "(profile needs the onnx backend)"
-    from service.models.engine import token_batches
-
-    ids = engine._tokenise([(query, d) for d in documents])
-    lengths = [len(x) for x in ids]
-    feeds = []
-    for batch in token_batches(lengths, engine.options.max_batch_tokens, engine.options.max_batch_size):
-        width = max(lengths[i] for i in batch)
-        input_ids = np.full((len(batch), width), engine.pad_id, dtype=np.int64)
-        mask = np.zeros((len(batch), width), dtype=np.int64)
-        for r, i in enumerate(batch):
-            input_ids[r, : lengths[i]], mask[r, : lengths[i]] = ids[i], 1
-        feeds.append({"input_ids": input_ids, "attention_mask": mask})
+    batches = list(engine.padded_batches([(query, d) for d in documents]))
+    feeds = [{"input_ids": ids, "attention_mask": mask} for _, ids, mask in batches]
+    tokens = int(sum(mask.sum() for _, _, mask in batches))
     rows = profile_session(engine.backend.path, feeds, engine.options.threads)
     total = sum(r[1] for r in rows)
     lines = ["| operator | ms | share | calls |", "|---|---|---|---|"]
     lines += [f"| {op} | {ms:.0f} | {100 * ms / total:.1f}% | {n} |" for op, ms, n in rows[:10]]
-    tokens = sum(lengths)
     return "\n".join(lines) + (
         f"\n\n{len(documents)} pairs, {tokens:,} tokens in {len(feeds)} batches; kernel time {total:.0f} ms "
         f"({tokens / total * 1000:,.0f} tokens/s) at {engine.precision}."

@@ -102,7 +102,7 @@ def _precisions(cfg: BenchConfig) -> list[str]:
 # ------------------------------------------------------------------------------------------ sections
 def bench_embed(cfg: BenchConfig) -> str:
     from service.models.encoder import Encoder
-    from service.models.engine import EngineOptions
+    from service.models.engine import EngineOptions, resolve
     from service.models.registry import default_biencoder
 
     home = cfg.home
@@ -110,7 +110,7 @@ def bench_embed(cfg: BenchConfig) -> str:
     n = 64 if cfg.quick else 160
     texts = [d.text for d in load_xquad(["en"], split="test").documents()[:n]]
     ours = {p: Encoder(path, home=home, options=EngineOptions(precision=p)) for p in _precisions(cfg)}
-    default = Encoder(path, home=home, options=EngineOptions()).engine.precision
+    default = resolve(EngineOptions(), "cpu", Path(path)).precision  # what the service serves
     st = next(iter(ours.values())).model  # the same merged SentenceTransformer
     tok = st.tokenizer
     lengths = [len(x) for x in tok(["passage: " + t for t in texts], truncation=True, max_length=512)["input_ids"]]
@@ -143,7 +143,7 @@ def bench_embed(cfg: BenchConfig) -> str:
 
 
 def bench_rerank(cfg: BenchConfig) -> str:
-    from service.models.engine import EngineOptions
+    from service.models.engine import EngineOptions, resolve
     from service.models.registry import default_reranker
     from service.models.reranker import CrossEncoderReranker
 
@@ -154,7 +154,7 @@ def bench_rerank(cfg: BenchConfig) -> str:
     docs = [d.text for d in x.documents()[:20]]
     query = x.questions[0].text
     ours = {p: CrossEncoderReranker(path, home=cfg.home, options=EngineOptions(precision=p)) for p in _precisions(cfg)}
-    default = CrossEncoderReranker(path, home=cfg.home, options=EngineOptions()).engine.precision
+    default = resolve(EngineOptions(), "cpu", Path(path)).precision
     ce = next(iter(ours.values())).model
     pairs = [(query, d) for d in docs]
     fns = {"ce": lambda: ce.predict(pairs, batch_size=32, convert_to_numpy=True)}
@@ -173,7 +173,7 @@ def bench_rerank(cfg: BenchConfig) -> str:
             "vs CrossEncoder"]  # fmt: skip
     from .profile import rerank_profile
 
-    served = ours.get(default) or CrossEncoderReranker(path, home=cfg.home, options=EngineOptions())
+    served = ours.get(default) or CrossEncoderReranker(path, home=cfg.home, options=EngineOptions(default))
     return (
         _table(head, rows)
         + "\n\nProfile of the default engine on this request (ONNX Runtime):\n\n"

@@ -345,22 +345,27 @@ class InferenceEngine:
             enc = self.tokenizer(list(inputs), truncation=True, max_length=self.max_length)
         return enc["input_ids"]
 
-    def run(self, inputs: list, progress: bool = False) -> np.ndarray:
-        """Embeddings (n, dim) or scores (n,) for ``inputs`` (texts, or (query, document) pairs)."""
-        if len(inputs) == 0:
-            return np.zeros((0,) if self.kind == _Head.SCORE else (0, 0), dtype=np.float32)
+    def padded_batches(self, inputs: list):
+        """(indices, input_ids, attention_mask) per token-bounded batch, longest first: what
+        :meth:`run` feeds the backend (and what a profiler replays)."""
         ids = self._tokenise(inputs)
         lengths = [len(x) for x in ids]
-        out: np.ndarray | None = None
-        batches = token_batches(lengths, self.options.max_batch_tokens, self.options.max_batch_size)
-        bar = tqdm(total=len(inputs), desc=f"{self.kind} ({self.precision})", unit="input", disable=not progress)
-        for batch in batches:
+        for batch in token_batches(lengths, self.options.max_batch_tokens, self.options.max_batch_size):
             width = max(lengths[i] for i in batch)
             input_ids = np.full((len(batch), width), self.pad_id, dtype=np.int64)
             mask = np.zeros((len(batch), width), dtype=np.int64)
             for r, i in enumerate(batch):
                 input_ids[r, : lengths[i]] = ids[i]
                 mask[r, : lengths[i]] = 1
+            yield batch, input_ids, mask
+
+    def run(self, inputs: list, progress: bool = False) -> np.ndarray:
+        """Embeddings (n, dim) or scores (n,) for ``inputs`` (texts, or (query, document) pairs)."""
+        if len(inputs) == 0:
+            return np.zeros((0,) if self.kind == _Head.SCORE else (0, 0), dtype=np.float32)
+        out: np.ndarray | None = None
+        bar = tqdm(total=len(inputs), desc=f"{self.kind} ({self.precision})", unit="input", disable=not progress)
+        for batch, input_ids, mask in self.padded_batches(inputs):
             y = np.asarray(self.backend(input_ids, mask), dtype=np.float32)
             if out is None:
                 out = np.zeros((len(inputs), y.shape[1]), dtype=np.float32)
