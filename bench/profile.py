@@ -61,9 +61,9 @@ def search_profile(home: Path | None, queries: list[str], repeats: int = 40) -> 
     import statistics
     import time
 
-    from service.api import protocol as P
     from service.api.app import load_components
     from service.config import ServiceSettings
+    from service.pipeline import SearchOptions
 
     cfg = ServiceSettings(generator="none", **({"home": home} if home else {}))
     pipe = load_components(cfg).pipeline
@@ -74,7 +74,7 @@ def search_profile(home: Path | None, queries: list[str], repeats: int = 40) -> 
         "encode 1 query": lambda q: pipe.encoder.encode_queries([q]),
         "FAISS search k=10": lambda q: pipe._search_rows(qv, 10, None),
         "docstore fetch 10": lambda q: pipe.index.docs.get_rows(rows),
-        "whole pipeline.search": lambda q: pipe.search(P.SearchRequest(query=q, k=10)),
+        "whole pipeline.search": lambda q: pipe.search(q, SearchOptions(k=10)),
     }
     lines = ["| stage | median ms |", "|---|---|"]
     for name, fn in stages.items():

@@ -79,12 +79,31 @@ class DocStore:
             out.update(dict(self._db.execute(q, chunk).fetchall()))
         return out
 
+    def members_of_groups(self, groups: list[str]) -> dict[str, list[tuple[int, str, str | None]]]:
+        """``group -> [(row, id, lang), ...]`` (row order) for every document of the given parallel
+        groups: the language versions a group-aware result can offer, retrieved or not."""
+        out: dict[str, list[tuple[int, str, str | None]]] = {g: [] for g in groups}
+        for start in range(0, len(groups), 500):
+            chunk = groups[start : start + 500]
+            q = f"SELECT grp, row, id, lang FROM docs WHERE grp IN ({','.join('?' * len(chunk))}) ORDER BY row"
+            for grp, row, doc_id, lang in self._db.execute(q, chunk):
+                out[grp].append((int(row), doc_id, lang))
+        return out
+
+    def id_text_rows(self):
+        """``(id, text)`` of every document in row order (the corpus checksum reads this)."""
+        return self._db.execute("SELECT id, text FROM docs ORDER BY row")
+
     def existing_ids(self, ids: list[str]) -> set[str]:
         return set(self.rows_for_ids(ids))
 
     def langs(self) -> list[str | None]:
         """Language of every row, in row order."""
         return [r[0] for r in self._db.execute("SELECT lang FROM docs ORDER BY row")]
+
+    def groups(self) -> list[str | None]:
+        """Parallel group of every row, in row order (``None``: the document stands alone)."""
+        return [r[0] for r in self._db.execute("SELECT grp FROM docs ORDER BY row")]
 
     def lang_counts(self) -> dict[str, int]:
         return dict(Counter(lang or "und" for lang in self.langs()))

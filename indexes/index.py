@@ -78,13 +78,25 @@ class OpenIndex:
         k = max(1, min(k, self.size))
         return self.faiss_index.search(V.normalise(query_vectors), k)
 
+    def vectors(self, rows: list[int]) -> np.ndarray | None:
+        """The stored (normalised) vectors of ``rows``, or ``None`` where FAISS cannot give them back
+        (a GPU copy, an IVF index without a direct map): callers then embed the texts again."""
+        if not rows:
+            return np.zeros((0, int(self.manifest["dim"])), np.float32)
+        if self.on_gpu:
+            return None
+        try:
+            return np.vstack([self.faiss_index.reconstruct(int(r)) for r in rows]).astype(np.float32)
+        except RuntimeError:
+            return None
+
     def close(self) -> None:
         self.docs.close()
 
 
 def _corpus_checksum(docs: DocStore) -> str:
     h = hashlib.sha256()
-    for doc_id, text in docs._db.execute("SELECT id, text FROM docs ORDER BY row"):
+    for doc_id, text in docs.id_text_rows():
         h.update(doc_id.encode())
         h.update(b"\0")
         h.update(hashlib.sha256(text.encode()).digest())

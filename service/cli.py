@@ -153,7 +153,18 @@ def serve(
     ),
     model: Path = typer.Option(None, help="[env: SAMELANG_MODEL] bi-encoder checkpoint"),
     reranker: str = typer.Option(
-        None, help="[env: SAMELANG_RERANKER; default models/lamar-e5-small] cross-encoder folder, or 'cosine'"
+        None, help="[env: SAMELANG_RERANKER; default: models/serving.json] cross-encoder folder, or 'cosine'"
+    ),
+    rerank: bool = typer.Option(
+        None,
+        "--rerank/--no-rerank",
+        help="[env: SAMELANG_RERANK; default: models/serving.json, on with --reranker] rerank /search and /answer",
+    ),
+    rerank_k: int = typer.Option(None, help="[env: SAMELANG_RERANK_K; default 20] candidates reranked"),
+    group_candidates: bool = typer.Option(
+        None,
+        "--group-candidates/--no-group-candidates",
+        help="[env: SAMELANG_GROUP_CANDIDATES; default: models/serving.json] one candidate per parallel group",
     ),
     generator: str = typer.Option(
         None, help="[env: SAMELANG_GENERATOR; default transformers] transformers|openai|none"
@@ -187,6 +198,7 @@ def serve(
     from .models.registry import default_biencoder, ensure_demo_index
 
     flags = dict(host=host, port=port, index=index, demo_langs=demo_langs, model=model, reranker=reranker,
+                 rerank=rerank, rerank_k=rerank_k, group_candidates=group_candidates,
                  generator=generator, openai_url=openai_url, openai_model=openai_model, api_key=api_key,
                  device=device, ef_search=ef_search, nprobe=nprobe, home=home, precision=precision,
                  backend=backend, threads=threads, max_batch_tokens=max_batch_tokens, micro_batching=micro_batching,

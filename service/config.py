@@ -62,8 +62,18 @@ class ServiceSettings(Settings):
     model: Path | None = Field(None, description="bi-encoder checkpoint (default: the best one available locally)")
     reranker: str | None = Field(
         None,
-        description="cross-encoder folder, or 'cosine' for the bi-encoder's cosine "
-        "(default: the committed LAMAR reranker models/lamar-e5-small when present)",
+        description="cross-encoder folder, or 'cosine' for the bi-encoder's cosine, used by /rerank and by "
+        "reranked searches (default: the measured defaults' choice, models/serving.json; cosine when that "
+        "reranks nothing)",
+    )
+    rerank: bool | None = Field(
+        None,
+        description="rerank /search and /answer candidates unless a request says otherwise (default: the "
+        "measured defaults; on when --reranker is given)",
+    )
+    rerank_k: int | None = Field(None, ge=1, le=100, description="candidates reranked (default: measured, 20)")
+    group_candidates: bool | None = Field(
+        None, description="one candidate per parallel group in the reader's language (default: measured)"
     )
     reranker_max_length: int = Field(256, ge=16, le=512)
     generator: Literal["transformers", "openai", "none"] = "transformers"
@@ -88,3 +98,15 @@ class ServiceSettings(Settings):
     detect_langs: str = Field(
         "en,ar,de,el,es,hi,ro,ru,th,tr,vi,zh,fr,it,pt,nl,ja,ko", description="candidate languages for detection"
     )
+
+    def pipeline_defaults(self):
+        """The request defaults: flags and variables over the measured ``models/serving.json``."""
+        from .models.registry import served_defaults
+        from .pipeline import Defaults
+
+        measured = served_defaults()
+        rerank = self.rerank
+        if rerank is None:
+            rerank = True if self.reranker else measured.rerank
+        group = measured.candidates == "groups" if self.group_candidates is None else self.group_candidates
+        return Defaults(rerank=rerank, rerank_k=self.rerank_k or measured.rerank_k, group_candidates=group)

@@ -401,3 +401,96 @@ def eval_precision_cmd(
             pr.write_inference_card(path, rows, chosen, how, "cuda" if on_gpu else "cpu")
             heading = PRECISION_HEADING + (" on GPU" if on_gpu else "")
             _write_card_evaluation(path, f"{table}\n\n{how}\n", heading=heading)
+
+
+PIPELINE_SECTION = "## Served defaults: the end-to-end evaluation"
+PIPELINE_COMMAND = "samelang eval pipeline --card"
+
+
+@eval_app.command("pipeline")
+def eval_pipeline_cmd(
+    retriever: list[str] = typer.Option(
+        None, help="Bi-encoder NAME=DIR (or 'base'); repeat. Default: base and every bi-encoder in models/."
+    ),
+    cross_encoder: list[str] = typer.Option(
+        None, help="Cross-encoder NAME=DIR; repeat. Default: every cross-encoder in models/."
+    ),
+    full: bool = typer.Option(False, "--full", help="Reranked rows on all 374 questions per language too."),
+    per_lang: int = typer.Option(48, envvar="SAMELANG_EVAL_SAMPLE", help="Sample: questions per language (>= 48)."),
+    http: bool = typer.Option(True, "--http/--no-http", help="Also measure the served defaults over HTTP /answer."),
+    card: bool = typer.Option(
+        False, "--card", help="Serve the winning row: write models/serving.json and the README section."
+    ),
+    cache: bool = typer.Option(True, "--cache/--no-cache", help="Reuse cross-encoder scores kept in the cache."),
+    max_questions: int = typer.Option(
+        None, help="Smoke runs only: the first N test questions per language (the table then says so)."
+    ),
+    out: Path = typer.Option(Path("runs/eval-pipeline"), envvar="SAMELANG_EVAL_OUT", help="JSON + Markdown."),
+    home: Path = typer.Option(None, help="[env: SAMELANG_HOME]"),
+) -> None:
+    """What the reader gets, end to end: every retriever x reranker x candidate strategy through the
+    served pipeline on the XQuAD test articles (12-language pool, bilingual pools, Mono-Same)."""
+    import time
+
+    from indexes.atomic import atomic_write_text
+    from service.config import settings
+    from service.models.registry import ALIGNED_BIENCODER, BASE, LAMAR_RERANKER, served_defaults
+
+    from .evaluation import pipeline as ev
+
+    cfg = settings(home=home)
+    t0 = time.perf_counter()
+
+    def named(items: list[str] | None, found: dict[str, Path]) -> dict[str, Path]:
+        if not items:
+            return found
+        out = {}
+        for item in items:
+            name, _, path = item.partition("=")
+            out[name] = Path(path or name)
+        return out
+
+    from service.models.base_model import ensure_base_model
+
+    base = ensure_base_model(cfg.home)
+    found_r = {BASE: base, **({ALIGNED_BIENCODER.name: ALIGNED_BIENCODER} if ALIGNED_BIENCODER.exists() else {})}
+    retrievers = {k: (base if str(v) == BASE else v) for k, v in named(retriever, found_r).items()}
+    ces = named(cross_encoder, {LAMAR_RERANKER.name: LAMAR_RERANKER} if LAMAR_RERANKER.exists() else {})
+    if per_lang < 48 and not full:
+        typer.echo(f"note: --per-lang {per_lang} is below the documented sample of 48 questions per language")
+    before = served_defaults()
+    evaluation = ev.PipelineEvaluation(
+        cfg.home, retrievers, ces, full=full, per_lang=per_lang, cache=cache, log=typer.echo,
+        max_questions=max_questions,
+        served=(before.retriever, before.reranker if before.reranker != "none" else "none", before.candidates),
+    )  # fmt: skip
+    rows = evaluation.run()
+    chosen = ev.best_row(rows)
+    baseline = next((r for r in rows if (r.retriever, r.reranker, r.strategy) == (BASE, "none", "documents")), None)
+    if card and max_questions:
+        raise typer.BadParameter("--card needs the documented sample, not --max-questions", param_hint="--card")
+    if card:
+        ev.write_served_defaults(chosen, baseline, evaluation)
+    http_result = None
+    if http:
+        served = served_defaults()
+        retr = evaluation.built.get(served.retriever)
+        if retr is None:
+            typer.echo(f"served retriever {served.retriever!r} was not evaluated: no HTTP check")
+        else:
+            http_result = ev.served_over_http(evaluation, retr, evaluation.ces)
+    table = ev.markdown(rows, chosen, http_result)
+    minutes = (time.perf_counter() - t0) / 60
+    how = ev.how_text(evaluation, minutes)
+    out.mkdir(parents=True, exist_ok=True)
+    payload = {"rows": [{"name": r.name, "retriever": r.retriever, "reranker": r.reranker, "strategy": r.strategy,
+                         **r.results} for r in rows],
+               "chosen": chosen.name, "http": http_result, "minutes": round(minutes, 1),
+               "sample_positions": evaluation.sample.tolist()}  # fmt: skip
+    atomic_write_text(out / "results.json", json.dumps(payload, indent=2))
+    atomic_write_text(out / "results.md", table + "\n\n" + how + "\n")
+    typer.echo(table + "\n\n" + how)
+    if card:
+        readme = Path(__file__).resolve().parents[1] / "README.md"
+        ev.write_readme_section(readme, PIPELINE_SECTION, table, how, chosen, baseline)
+        typer.echo(f"served defaults -> models/serving.json; table -> {readme.name} ({PIPELINE_SECTION[3:]})")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 
 from fastapi import APIRouter, FastAPI, Request
@@ -15,9 +15,10 @@ from fastapi.responses import Response
 from indexes.index import OpenIndex, open_index
 
 from ..config import ServiceSettings
-from ..serving import Limits, Pipeline, SearchParams
+from ..pipeline import Limits, Pipeline, SearchParams
 from . import errors
 from . import protocol as P
+from .handlers import Handlers
 from .metrics import Metrics, MetricsMiddleware
 from .middleware import GuardMiddleware
 
@@ -44,7 +45,7 @@ def load_components(cfg: ServiceSettings) -> Components:
     options = cfg.engine_options()
     encoder = Encoder(cfg.model or default_biencoder(cfg.home), device=device, home=cfg.home, options=options)
     index: OpenIndex = open_index(cfg.index or default_index_path(cfg), encoder.info, use_gpu=cfg.use_gpu_index)
-    reranker_path = default_reranker(cfg.reranker)
+    reranker_path = default_reranker(cfg.reranker, cfg.home)
     reranker = (
         CrossEncoderReranker(
             reranker_path, device=device, max_length=cfg.reranker_max_length, home=cfg.home, options=options
@@ -62,7 +63,10 @@ def load_components(cfg: ServiceSettings) -> Components:
         generator = NoGenerator()
     langid = get_identifier(tuple(x.strip() for x in cfg.detect_langs.split(",") if x.strip()))
     limits = Limits(cfg.max_rerank_documents, cfg.max_document_chars)
-    pipeline = Pipeline(encoder, index, reranker, generator, langid, limits, SearchParams(cfg.ef_search, cfg.nprobe))
+    pipeline = Pipeline(
+        encoder, index, reranker, generator, langid, limits, SearchParams(cfg.ef_search, cfg.nprobe),
+        cfg.pipeline_defaults(),
+    )  # fmt: skip
     return Components(pipeline, {"load_seconds": round(time.perf_counter() - t0, 2)})
 
 
@@ -97,6 +101,7 @@ def describe(pipeline: Pipeline, cfg: ServiceSettings) -> dict:
             "kind": reranker.kind,
             **(rerank_engine.describe() if rerank_engine else {}),
         },
+        "defaults": {**pipeline.components(), "reranks_by_default": pipeline.defaults.rerank},
         "micro_batching": {
             "enabled": cfg.micro_batching,
             "wait_ms": cfg.batch_wait_ms,
@@ -117,16 +122,16 @@ def describe(pipeline: Pipeline, cfg: ServiceSettings) -> dict:
 def _router() -> APIRouter:
     r = APIRouter()
 
-    def pipe(request: Request) -> Pipeline:
-        return request.app.state.components.pipeline
+    def handle(request: Request) -> Handlers:
+        return request.app.state.handlers
 
     @r.post("/search", response_model=P.SearchResponse, responses={422: {"model": P.ErrorResponse}})
     async def search(req: P.SearchRequest, request: Request):
-        return await run_in_threadpool(pipe(request).search, req)
+        return await run_in_threadpool(handle(request).search, req)
 
     @r.post("/rerank", response_model=P.RerankResponse, responses={422: {"model": P.ErrorResponse}})
     async def rerank(req: P.RerankRequest, request: Request):
-        return await run_in_threadpool(pipe(request).rerank, req)
+        return await run_in_threadpool(handle(request).rerank, req)
 
     @r.post(
         "/answer",
@@ -134,11 +139,11 @@ def _router() -> APIRouter:
         responses={422: {"model": P.ErrorResponse}, 503: {"model": P.ErrorResponse}},
     )
     async def answer(req: P.AnswerRequest, request: Request):
-        return await run_in_threadpool(pipe(request).answer, req)
+        return await run_in_threadpool(handle(request).answer, req)
 
     @r.post("/diagnose", response_model=P.DiagnoseResponse, responses={422: {"model": P.ErrorResponse}})
     async def diagnose(req: P.DiagnoseRequest, request: Request):
-        return await run_in_threadpool(pipe(request).diagnose, req)
+        return await run_in_threadpool(handle(request).diagnose, req)
 
     @r.get("/health")
     async def health():
@@ -166,6 +171,33 @@ def _router() -> APIRouter:
     return r
 
 
+@contextmanager
+def serve_in_thread(app: FastAPI, host: str = "127.0.0.1", start_timeout: float = 120.0):
+    """Serve ``app`` with uvicorn on a free loopback port in a daemon thread; yields its base URL
+    (tests and ``samelang eval pipeline`` talk to a real HTTP server this way)."""
+    import socket
+    import threading
+
+    import uvicorn
+
+    with socket.socket() as s:
+        s.bind((host, 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.time() + start_timeout
+    while not server.started:
+        if not thread.is_alive() or time.time() > deadline:
+            raise RuntimeError("the server did not start")
+        time.sleep(0.05)
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
 def create_app(cfg: ServiceSettings | None = None, components: Components | None = None) -> FastAPI:
     """The app; ``components`` may be injected (tests share loaded models between apps)."""
     cfg = cfg or ServiceSettings()
@@ -176,6 +208,7 @@ def create_app(cfg: ServiceSettings | None = None, components: Components | None
             app.state.components = await run_in_threadpool(load_components, cfg)
             log.info("samelang ready: %d documents", app.state.components.pipeline.index.size)
         install_micro_batching(app.state.components.pipeline, cfg, app.state.metrics)
+        app.state.handlers = Handlers(app.state.components.pipeline)
         yield
 
     app = FastAPI(

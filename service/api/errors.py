@@ -7,7 +7,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..serving import AnswerUnavailable, BadRequest
+from ..errors import AnswerUnavailable, BadRequest
 
 
 def error_response(status: int, error: str, detail: str, **extra) -> JSONResponse:
@@ -43,7 +43,10 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(AnswerUnavailable)
     async def _unavailable(request: Request, exc: AnswerUnavailable):
-        return error_response(503, "generator_unavailable", str(exc), passages=[p.model_dump() for p in exc.passages])
+        from .handlers import cited
+
+        passages = [p.model_dump() for p in cited(exc.hits)]
+        return error_response(503, "generator_unavailable", str(exc), passages=passages)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException):

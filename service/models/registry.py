@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from pathlib import Path
 
 from indexes.corpora import check_langs, load_xquad
@@ -14,26 +16,62 @@ REPO_MODELS = Path(__file__).resolve().parents[2] / "models"
 ALIGNED_BIENCODER = REPO_MODELS / "e5-small-aligned"
 LAMAR_RERANKER = REPO_MODELS / "lamar-e5-small"
 COSINE = "cosine"  # --reranker cosine: rerank by the served bi-encoder's cosine
+BASE = "base"  # the converted multilingual-e5-small
+# the served row of `samelang eval pipeline`, written by `samelang eval pipeline --card`
+SERVED_DEFAULTS = REPO_MODELS / "serving.json"
+
+
+@dataclass(frozen=True)
+class ServedDefaults:
+    """What ``samelang serve`` runs when no flag says otherwise: the pipeline row that won the
+    end-to-end evaluation (reader-gold nDCG@1 on the 12-language pool, ties: lower latency).
+    Models are named by their folder under ``models/`` or ``base``; ``reranker`` is ``none``,
+    ``cosine`` or a cross-encoder folder name."""
+
+    retriever: str = BASE
+    reranker: str = "none"
+    candidates: str = "groups"
+    rerank_k: int = 20
+
+    @property
+    def rerank(self) -> bool:
+        return self.reranker != "none"
+
+
+def served_defaults(path: Path = SERVED_DEFAULTS) -> ServedDefaults:
+    """The measured defaults; without the file, the base model with group-aware candidates and no
+    reranker (the simplest pipeline, which every other must beat to be served)."""
+    if not Path(path).exists():
+        return ServedDefaults()
+    d = json.loads(Path(path).read_text())["served"]
+    return ServedDefaults(d["retriever"], d["reranker"], d["candidates"], int(d.get("rerank_k", 20)))
+
+
+def resolve_model(name: str, home: Path) -> Path:
+    """``base`` -> the converted base model; another name -> ``models/<name>``; a path -> itself."""
+    if name == BASE:
+        return ensure_base_model(home)
+    if (REPO_MODELS / name).is_dir():
+        return REPO_MODELS / name
+    return Path(name)
 
 
 def default_biencoder(home: Path) -> Path:
-    """The best bi-encoder available locally: the committed aligned adapter (seed 000)
-    when the repository ships one, else the converted base model."""
-    base = ensure_base_model(home)
-    if (ALIGNED_BIENCODER / "adapter_config.json").exists():
-        return ALIGNED_BIENCODER
-    return base
+    """The served bi-encoder: the retriever of the measured defaults (``models/serving.json``)."""
+    ensure_base_model(home)
+    return resolve_model(served_defaults().retriever, home)
 
 
-def default_reranker(choice: str | Path | None) -> Path | None:
-    """The cross-encoder to serve: ``choice`` when it names a folder, the committed LAMAR
-    reranker (seed 002) when nothing is configured and the repository ships one, and
-    ``None`` (bi-encoder cosine) for ``cosine`` or when there is none."""
+def default_reranker(choice: str | Path | None, home: Path | None = None) -> Path | None:
+    """The cross-encoder that ``/rerank`` (and reranking, when on) uses: ``choice`` when it names a
+    folder, ``None`` (bi-encoder cosine) for ``cosine``; unset: the measured defaults' cross-encoder,
+    else ``None``."""
     if choice is not None and str(choice) != "":
         return None if str(choice).lower() == COSINE else Path(choice)
-    if (LAMAR_RERANKER / "adapter_config.json").exists():
-        return LAMAR_RERANKER
-    return None
+    name = served_defaults().reranker
+    if name in ("none", COSINE):
+        return None
+    return resolve_model(name, home) if home is not None else REPO_MODELS / name
 
 
 def default_generator_path(home: Path) -> Path:

@@ -106,4 +106,11 @@ class CosineReranker:
         if not documents:
             return np.zeros(0, dtype=np.float32)
         q = self.encoder.encode_queries([query])[0]
-        return self.encoder.encode_passages(documents) @ q
+        return self.score_vectors(q, self.encoder.encode_passages(documents))
+
+    @staticmethod
+    def score_vectors(query_vector: np.ndarray, vectors: np.ndarray) -> np.ndarray:
+        """Cosine of one query vector with document vectors (e.g. the index's own, same model)."""
+        q = np.asarray(query_vector, dtype=np.float64)
+        v = np.asarray(vectors, dtype=np.float64)
+        return (v @ q) / np.maximum(np.linalg.norm(v, axis=1) * np.linalg.norm(q), 1e-12)

@@ -4,13 +4,9 @@ articles, and real uvicorn servers on free localhost ports."""
 from __future__ import annotations
 
 import socket
-import threading
-import time
-from contextlib import contextmanager
 
 import httpx
 import pytest
-import uvicorn
 
 from indexes.corpora import load_xquad
 from indexes.index import build_index, open_index
@@ -23,23 +19,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@contextmanager
 def running(app):
     """Serve ``app`` with uvicorn in a thread; yield its base URL."""
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.time() + 120
-    while not server.started:
-        if not thread.is_alive() or time.time() > deadline:
-            raise RuntimeError("server did not start")
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
+    from service.api.app import serve_in_thread
+
+    return serve_in_thread(app)
 
 
 @pytest.fixture(scope="session")
@@ -55,7 +39,7 @@ def xquad_test_index(tmp_path_factory, encoder):
 def pipeline(encoder, xquad_test_index):
     from service.models.generators import NoGenerator
     from service.models.reranker import CosineReranker
-    from service.serving import Limits, Pipeline
+    from service.pipeline import Limits, Pipeline
 
     index = open_index(xquad_test_index, encoder.info)
     return Pipeline(encoder, index, CosineReranker(encoder), NoGenerator(), get_identifier(), Limits(20, 5000))

@@ -53,24 +53,28 @@ def test_an_index_built_by_another_model_is_refused(service_settings, cross_enco
 
 
 def test_reranker_choice(tmp_path):
-    from service.models.registry import LAMAR_RERANKER, default_reranker
+    from service.models.registry import REPO_MODELS, default_reranker, served_defaults
 
     assert default_reranker("cosine") is None and default_reranker("Cosine") is None
     assert default_reranker(str(tmp_path)) == tmp_path and default_reranker(tmp_path) == tmp_path
-    assert default_reranker(None) == LAMAR_RERANKER  # the committed LAMAR adapter is the default
+    # unset: the measured defaults' cross-encoder (models/serving.json), or the cosine when it reranks by none
+    measured = served_defaults().reranker
+    want = None if measured in ("none", "cosine") else REPO_MODELS / measured
+    assert default_reranker(None) == want
 
 
-def test_rerank_defaults_to_the_shipped_lamar_reranker(service_settings):
-    """The committed models/lamar-e5-small serves /rerank when nothing is configured: among a
-    document and its translation the reader's language comes first, both above an unrelated one.
-    ``--reranker cosine`` still selects the bi-encoder fallback."""
+def test_the_shipped_lamar_reranker_serves_rerank(service_settings):
+    """``--reranker models/lamar-e5-small``: among a document and its translation the reader's
+    language comes first, both above an unrelated one; giving it turns reranking on for /search.
+    ``--reranker cosine`` selects the bi-encoder fallback."""
     from service.api.app import create_app
     from service.models.engine import recorded_precision
     from service.models.registry import LAMAR_RERANKER
 
     query = "维多利亚和阿尔伯特博物馆在哪里？"  # zh: where is the V&A museum?
     docs = ["The V&A museum is in London.", "维多利亚和阿尔伯特博物馆位于伦敦。", "Paris est en France."]
-    with running(create_app(service_settings)) as url, httpx.Client(base_url=url, timeout=120) as c:
+    cfg = service_settings.model_copy(update={"reranker": str(LAMAR_RERANKER)})
+    with running(create_app(cfg)) as url, httpx.Client(base_url=url, timeout=120) as c:
         info = c.get("/info").json()["reranker"]
         assert (info["name"], info["kind"]) == ("lamar-e5-small", "cross-encoder")
         # precision auto: what the model's inference card chose (samelang eval precision)
@@ -79,6 +83,10 @@ def test_rerank_defaults_to_the_shipped_lamar_reranker(service_settings):
         assert body["reranker"] == "lamar-e5-small"
         assert [r["index"] for r in body["results"]] == [1, 0, 2]
         assert [r["lang"] for r in body["results"]][:2] == ["zh", "en"]
+        found = c.post("/search", json={"query": query, "k": 3}).json()
+        assert found["components"]["reranker"] == "lamar-e5-small"
+        scores = [h["score"] for h in found["hits"]]
+        assert scores == sorted(scores, reverse=True) and all(0 < x < 1 for x in scores)  # sigmoid scores
     cfg = service_settings.model_copy(update={"reranker": "cosine"})
     with running(create_app(cfg)) as url, httpx.Client(base_url=url, timeout=120) as c:
         assert c.get("/info").json()["reranker"] == {"name": "bi-encoder-cosine", "kind": "bi-encoder-cosine"}

@@ -70,7 +70,8 @@ def test_diagnose_equals_metrics_library_on_the_same_scores(client, encoder, pip
         "queries": [
             {"query": q.text, "lang": q.lang, "relevant": [f"xquad-en-{q.group[6:]}", f"xquad-zh-{q.group[6:]}"]}
             for q in queries
-        ]
+        ],
+        "group_candidates": False,  # the plain ranking of documents, as the seed's metric defines it
     }
     r = client.post("/diagnose", json=body)
     assert r.status_code == 200, r.text
@@ -95,10 +96,17 @@ def test_diagnose_equals_metrics_library_on_the_same_scores(client, encoder, pip
 
 
 def test_diagnose_dataset_mode_and_rerank(client):
-    d = client.post("/diagnose", json={"dataset": "xquad", "split": "test", "pair": "en-zh"}).json()
+    body = {"dataset": "xquad", "split": "test", "pair": "en-zh", "group_candidates": False}
+    d = client.post("/diagnose", json=body).json()
     assert d["aggregate"]["queries"] == 748 and d["per_query_lang"]["zh"]["queries"] == 374
     # the base model's known English bias: zh queries need far deeper rankings to find both versions
     assert d["per_query_lang"]["zh"]["mean_max_r"] > d["per_query_lang"]["en"]["mean_max_r"]
+    assert d["components"]["candidates"] == "documents"
+    # group-aware lists show a hit's other version right after it: both versions come together
+    g = client.post("/diagnose", json={**body, "group_candidates": True}).json()
+    assert g["components"]["candidates"] == "groups"
+    assert g["per_query_lang"]["zh"]["mean_max_r"] < d["per_query_lang"]["zh"]["mean_max_r"] / 2
+    assert g["per_query_lang"]["zh"]["comp_at_10"] > d["per_query_lang"]["zh"]["comp_at_10"]
     # with rerank: the reranked head replaces the retrieval order
     q = load_xquad(["zh"], split="test").questions[0]
     rel = [f"xquad-en-{q.group[6:]}", f"xquad-zh-{q.group[6:]}"]

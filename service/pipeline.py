@@ -1,0 +1,359 @@
+"""The retrieval core behind every route: search (group-aware, optionally reranked), rerank,
+answer, diagnose. It knows no HTTP types: the route handlers (``service.api.handlers``) map
+requests to these calls and results to responses, and ``samelang eval pipeline`` calls the very
+same methods, so what is evaluated is what is served.
+
+Group-aware candidates. An index may hold several language versions of one document (documents
+sharing a ``group``). A plain top-k then spends its slots on translations of one paragraph, and
+the reranker sees the English version beside the reader's. So by default the pipeline retrieves,
+collapses documents that share a group (a document without a group is its own group; a group's
+score is its best version's), represents each group by the version the reader prefers
+(``language_preference``: the query's language by default) whether or not that version was
+retrieved, reranks those N distinct groups, and lists each hit's other versions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from indexes.docstore import StoredDoc
+from indexes.index import OpenIndex
+from indexes.langid import LanguageIdentifier
+
+from . import metrics as M
+from .errors import AnswerUnavailable, BadRequest
+from .metrics import audit as A
+from .models.encoder import Encoder
+from .models.generators import GeneratorUnavailable
+
+MAX_DIAGNOSE_DEPTH = 10000
+READER, ANY = "reader", "any"
+
+
+@dataclass
+class Limits:
+    max_rerank_documents: int = 100
+    max_document_chars: int = 20000
+
+
+@dataclass
+class SearchParams:
+    """Approximate-index knobs (ignored by exact Flat indexes)."""
+
+    ef_search: int | None = None  # HNSW
+    nprobe: int | None = None  # IVF
+
+
+@dataclass(frozen=True)
+class Defaults:
+    """What a request gets when it does not say: the served row of ``samelang eval pipeline``."""
+
+    rerank: bool = False  # /search and /answer rerank their candidates
+    rerank_k: int = 20  # candidates given to the reranker
+    group_candidates: bool = True  # collapse parallel versions into one candidate per group
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """One search; ``None`` fields take the pipeline's :class:`Defaults`."""
+
+    k: int = 10
+    lang: str | None = None  # query language; detected when None
+    langs: tuple[str, ...] | None = None  # restrict document languages
+    rerank: bool | None = None
+    rerank_k: int | None = None
+    group_candidates: bool | None = None
+    language_preference: str | tuple[str, ...] = READER  # "reader", "any", or languages in order
+
+
+@dataclass(frozen=True)
+class Version:
+    row: int
+    id: str
+    lang: str | None
+
+
+@dataclass
+class Hit:
+    doc: StoredDoc
+    score: float  # the reranker's score in the reranked head, else the retriever's
+    retrieval_score: float  # the retriever's cosine (a group's: its best version's)
+    versions: list[Version] = field(default_factory=list)  # the group's other versions in the index
+
+    @property
+    def rows(self) -> list[int]:
+        """This hit's documents as the reader sees them: the hit, then its other versions."""
+        return [self.doc.row] + [v.row for v in self.versions]
+
+
+@dataclass
+class Ranked:
+    query_lang: str | None
+    lang_detected: bool
+    hits: list[Hit]
+    candidates: list[Hit]  # before reranking, in the retriever's order
+    reranked: bool
+    grouped: bool
+
+
+class Pipeline:
+    def __init__(
+        self,
+        encoder: Encoder,
+        index: OpenIndex,
+        reranker,
+        generator,
+        langid: LanguageIdentifier,
+        limits: Limits,
+        search_params: SearchParams | None = None,
+        defaults: Defaults | None = None,
+    ):
+        self.encoder, self.index, self.reranker, self.generator = encoder, index, reranker, generator
+        self.langid, self.limits, self.search_params = langid, limits, search_params or SearchParams()
+        self.defaults = defaults or Defaults()
+        self._doc_langs = np.array(index.docs.langs(), dtype=object)
+        self._doc_groups = index.docs.groups()
+
+    def replace(self, **changes) -> Pipeline:
+        """A pipeline sharing these components except ``changes`` (e.g. another generator)."""
+        parts = dict(encoder=self.encoder, index=self.index, reranker=self.reranker, generator=self.generator,
+                     langid=self.langid, limits=self.limits, search_params=self.search_params,
+                     defaults=self.defaults)  # fmt: skip
+        return Pipeline(**{**parts, **changes})
+
+    def components(self) -> dict:
+        """The names of what serves a default request (every response carries them)."""
+        d = self.defaults
+        return {
+            "retriever": self.encoder.name,
+            "reranker": self.reranker.name if d.rerank else None,
+            "rerank_k": d.rerank_k if d.rerank else None,
+            "candidates": "groups" if d.group_candidates else "documents",
+        }
+
+    # -- retrieval -------------------------------------------------------------------------
+    def query_language(self, query: str, lang: str | None) -> tuple[str | None, bool]:
+        if lang:
+            return lang, False
+        det = self.langid.detect(query)
+        return (det.lang if det else None), True
+
+    def _faiss(self, qvecs: np.ndarray, k: int):
+        p = self.search_params
+        return self.index.search(qvecs, k, ef_search=p.ef_search, nprobe=p.nprobe)
+
+    def _search_rows(self, qvecs: np.ndarray, k: int, langs: Sequence[str] | None):
+        """FAISS search with an optional document-language filter (over-fetch until k pass)."""
+        n = self.index.size
+        if not langs:
+            return self._faiss(qvecs, min(k, n))
+        allowed = np.isin(self._doc_langs, list(langs))
+        if not allowed.any():
+            return np.zeros((len(qvecs), 0), np.float32), np.zeros((len(qvecs), 0), np.int64)
+        depth = min(n, max(k * 4, 64))
+        while True:
+            scores, rows = self._faiss(qvecs, depth)
+            keep = (rows >= 0) & allowed[np.clip(rows, 0, n - 1)]
+            if depth >= n or (keep.sum(axis=1) >= k).all():
+                break
+            depth = min(n, depth * 4)
+        out_s = np.full((len(qvecs), k), -np.inf, np.float32)
+        out_r = np.full((len(qvecs), k), -1, np.int64)
+        for i in range(len(qvecs)):
+            sel_r, sel_s = rows[i][keep[i]][:k], scores[i][keep[i]][:k]
+            out_r[i, : len(sel_r)], out_s[i, : len(sel_s)] = sel_r, sel_s
+        return out_s, out_r
+
+    def _document_candidates(self, qvec, n: int, langs) -> list[Hit]:
+        scores, rows = self._search_rows(qvec, n, langs)
+        valid = rows[0] >= 0
+        docs = self.index.docs.get_rows(rows[0][valid].tolist())
+        return [Hit(d, float(s), float(s)) for d, s in zip(docs, scores[0][valid]) if d is not None]
+
+    def _group_candidates(self, qvec, n_groups: int, langs, prefer: tuple[str, ...]) -> list[Hit]:
+        """The best ``n_groups`` distinct groups, each as the version ``prefer`` picks (the first
+        preferred language the group has in the index, else its best retrieved version)."""
+        size = self.index.size
+        depth = min(size, max(n_groups * 4, 64))
+        while True:
+            scores, rows = self._search_rows(qvec, depth, langs)
+            valid = rows[0] >= 0
+            rows_v, scores_v = rows[0][valid], scores[0][valid]
+            best: dict[object, list[tuple[int, float]]] = {}
+            for r, s in zip(rows_v.tolist(), scores_v.tolist()):
+                best.setdefault(self._group_key(r), []).append((r, s))
+            if len(best) >= n_groups or depth >= size or len(rows_v) < depth:
+                break
+            depth = min(size, depth * 4)
+        keys = list(best)[:n_groups]
+        named = [k for k in keys if isinstance(k, str)]
+        members = self.index.docs.members_of_groups(named) if named else {}
+        allowed = set(langs) if langs else None
+        chosen, versions = [], []
+        for key in keys:
+            retrieved = best[key]
+            scored = dict(retrieved)
+            pool = members.get(key) if isinstance(key, str) else None
+            pool = [(r, i, lg) for r, i, lg in pool if allowed is None or lg in allowed] if pool else []
+            rep = None
+            for lang in prefer:
+                rep = next((r for r, _, lg in pool if lg == lang), None)
+                if rep is not None:
+                    break
+            if rep is None:
+                rep = retrieved[0][0]
+            rank_pref = {lg: i for i, lg in enumerate(prefer)}
+            others = sorted(
+                (m for m in pool if m[0] != rep),
+                key=lambda m: (rank_pref.get(m[2], len(prefer)), -scored.get(m[0], -np.inf), m[0]),
+            )
+            chosen.append(rep)
+            versions.append([Version(r, i, lg) for r, i, lg in others])
+        docs = self.index.docs.get_rows(chosen)
+        return [Hit(d, best[k][0][1], best[k][0][1], v) for d, k, v in zip(docs, keys, versions, strict=True) if d]
+
+    def _group_key(self, row: int):
+        g = self._doc_groups[row] if 0 <= row < len(self._doc_groups) else None
+        return g if g is not None else ("row", row)
+
+    def _rerank_scores(self, query: str, qvec: np.ndarray, hits: list[Hit]) -> np.ndarray:
+        """The reranker's scores of ``hits``; the bi-encoder cosine reuses the index's vectors
+        (same model) instead of embedding the passages again."""
+        r = self.reranker
+        if getattr(r, "encoder", None) is self.encoder and hasattr(r, "score_vectors"):
+            vecs = self.index.vectors([h.doc.row for h in hits])
+            if vecs is not None:
+                return r.score_vectors(qvec[0], vecs)
+        return np.asarray(r.score(query, [h.doc.text for h in hits]), dtype=np.float64)
+
+    def search(self, query: str, opts: SearchOptions) -> Ranked:
+        d = self.defaults
+        rerank = d.rerank if opts.rerank is None else opts.rerank
+        rerank_k = d.rerank_k if opts.rerank_k is None else opts.rerank_k
+        grouped = d.group_candidates if opts.group_candidates is None else opts.group_candidates
+        qlang, detected = self.query_language(query, opts.lang)
+        qvec = self.encoder.encode_queries([query])
+        n = max(opts.k, rerank_k if rerank else 0)
+        if grouped:
+            cands = self._group_candidates(qvec, n, opts.langs, self._preference(opts.language_preference, qlang))
+        else:
+            cands = self._document_candidates(qvec, n, opts.langs)
+        hits = list(cands)
+        if rerank and cands:
+            head = cands[:rerank_k]
+            s = self._rerank_scores(query, qvec, head)
+            order = np.argsort(-s, kind="stable")
+            hits = [replace(head[i], score=float(s[i])) for i in order] + cands[rerank_k:]
+        return Ranked(qlang, detected, hits[: opts.k], cands, bool(rerank), bool(grouped))
+
+    @staticmethod
+    def _preference(pref: str | Sequence[str], qlang: str | None) -> tuple[str, ...]:
+        if isinstance(pref, str):
+            if pref == ANY:
+                return ()
+            if pref == READER:
+                return (qlang,) if qlang else ()
+            raise BadRequest("language_preference", f"must be 'reader', 'any' or a list of languages, got {pref!r}")
+        return tuple(pref)
+
+    # -- /rerank ----------------------------------------------------------------------------
+    def rerank(self, query: str, texts: list[str]) -> np.ndarray:
+        """Scores of ``texts`` for ``query`` by the served reranker (limits checked first)."""
+        lim = self.limits
+        if len(texts) > lim.max_rerank_documents:
+            raise BadRequest("documents", f"{len(texts)} documents, at most {lim.max_rerank_documents} per request")
+        for i, t in enumerate(texts):
+            if not t.strip():
+                raise BadRequest(f"documents[{i}].text", "must not be empty or only whitespace")
+            if len(t) > lim.max_document_chars:
+                raise BadRequest(
+                    f"documents[{i}].text", f"{len(t)} characters, at most {lim.max_document_chars} per document"
+                )
+        return np.asarray(self.reranker.score(query, texts), dtype=np.float64)
+
+    def detect_language(self, text: str) -> str | None:
+        det = self.langid.detect(text)
+        return det.lang if det else None
+
+    # -- /answer ----------------------------------------------------------------------------
+    def answer(self, query: str, opts: SearchOptions, passages: int, max_tokens: int) -> tuple[Ranked, str | None]:
+        """Search (group-aware, so the passages are distinct documents in the reader's language
+        where the index has them), then generate from the first ``passages`` hits."""
+        ranked = self.search(query, opts)
+        cited = ranked.hits[:passages]
+        prompt = build_prompt(query, [h.doc.text for h in cited])
+        try:
+            text = self.generator.generate(prompt, max_tokens)
+        except GeneratorUnavailable as e:
+            raise AnswerUnavailable(str(e), cited) from e
+        return replace(ranked, hits=cited), text
+
+    # -- /diagnose --------------------------------------------------------------------------
+    def dataset_queries(self, pair: str, split: str) -> list[A.LabelledQuery]:
+        a, b = pair.split("-")
+        return A.xquad_queries([a, b], split=split, relevant_langs=[a, b])
+
+    def diagnose(self, queries: list[A.LabelledQuery], k: int | None, opts: SearchOptions, field_name: str) -> dict:
+        """Rank the pool for each labelled query exactly as :meth:`search` serves it (candidates,
+        reranking, versions listed after their hit) and audit the lists (Max@R, Max@R_norm,
+        Comp@10, top-1 language) with :mod:`service.metrics.audit`."""
+        n = self.index.size
+        rel_ids = sorted({rid for q in queries for rid in q.relevant})
+        row_of = self.index.docs.rows_for_ids(rel_ids)
+        missing = [rid for rid in rel_ids if rid not in row_of]
+        if missing:
+            raise BadRequest(field_name, f"{len(missing)} relevant ids are not in the served index, e.g. {missing[:3]}")
+        depth = min(k or n, n, MAX_DIAGNOSE_DEPTH)
+        rankings, qlangs = [], []
+        for q in queries:
+            r = self.search(q.query, replace(opts, k=depth, lang=q.lang or None))
+            rows = [row for h in r.hits for row in h.rows][:depth]
+            rankings.append(rows)
+            qlangs.append(r.query_lang)
+        S = A.score_matrix(rankings, n)
+        R = np.zeros_like(S)
+        for i, q in enumerate(queries):
+            R[i, [row_of[x] for x in q.relevant]] = 1
+        au = A.audit_lists(S, R)
+        top1_langs = [self._doc_langs[t] if au.ranked[i, t] else None for i, t in enumerate(au.top1)]
+        top1_ids = self.index.docs.get_rows([int(t) for t in au.top1])
+        per_query = [
+            {
+                "query": q.query,
+                "lang": qlangs[i],
+                "ranks": {
+                    rid: (int(au.ranks[i, row_of[rid]]) if au.ranked[i, row_of[rid]] else None) for rid in q.relevant
+                },  # fmt: skip
+                "max_r": None if au.censored[i] else int(au.max_r[i]),
+                "max_r_norm": None if np.isnan(au.max_r_norm[i]) else float(au.max_r_norm[i]),
+                "comp_at_10": bool(au.comp_at_10[i]),
+                "top1_id": top1_ids[i].id if top1_ids[i] else None,
+                "top1_lang": top1_langs[i],
+                "censored": bool(au.censored[i]),
+            }
+            for i, q in enumerate(queries)
+        ]
+        ql = np.array([x or "und" for x in qlangs], dtype=object)
+        matrix, rows_l, cols_l = M.top1_language_matrix(
+            S, ql, np.array([x or "und" for x in self._doc_langs], dtype=object)
+        )
+        return {
+            "pool_size": n,
+            "k": depth,
+            "aggregate": au.aggregate(np.ones(len(queries), bool), qlangs, top1_langs),
+            "per_query_lang": {x: au.aggregate(ql == x, qlangs, top1_langs) for x in sorted(set(ql.tolist()))},
+            "top1_lang_matrix": {
+                r: {c: float(matrix[a, b]) for b, c in enumerate(cols_l)} for a, r in enumerate(rows_l)
+            },
+            "queries": per_query,
+        }
+
+
+def build_prompt(query: str, passages: list[str]) -> str:
+    """Reading-comprehension prompt that base and instruct models both complete with
+    a one-line answer; the passages are in the reader's language where one exists,
+    which is what makes a small model answer in that language."""
+    return "\n\n".join(passages) + f"\n\nQuestion: {query}\nAnswer:"

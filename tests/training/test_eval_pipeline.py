@@ -1,0 +1,151 @@
+"""``samelang eval pipeline``: its metrics on lists whose answers are known by hand, the sample,
+the intervals, the score cache, and the served-defaults file the service reads."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from service.metrics import audit as A
+from service.metrics import retrieval as M
+from training.evaluation import pipeline as ev
+
+
+def test_reader_metrics_on_hand_made_lists():
+    # 3 queries over 12 documents; lists of different lengths; reader gold in columns 4, 7, 2
+    S = A.score_matrix([[4, 1, 2], [0, 1, 2, 3, 5, 6, 8, 9, 10, 11, 7], [1]], 12)
+    graded = np.zeros((3, 12))
+    graded[0, [4, 5]] = [2, 1]
+    graded[1, [7, 3]] = [2, 1]
+    graded[2, [2, 1]] = [2, 1]
+    m = A.reader_metrics(S, np.array([4, 7, 2]), graded)
+    assert m["ndcg_at_1"].tolist() == [1, 0, 0]
+    # query 2: gold at rank 11 (> 10) -> 0; query 3: a one-document list without the gold -> 0,
+    # although an unlisted document would tie for rank 2 in a plain argsort
+    assert m["mrr_at_10"].tolist() == [1, 0, 0]
+    assert m["ndcg_at_10"].tolist() == [1, 0, 0]
+    ideal = 2 + 1 / np.log2(3)
+    assert m["graded_ndcg_at_10"][0] == pytest.approx(2 / ideal)  # the 1-gain version is not listed
+    assert m["graded_ndcg_at_10"][1] == pytest.approx((1 / np.log2(5)) / ideal)
+    assert m["graded_ndcg_at_10"][2] == pytest.approx(1 / ideal)
+
+
+def test_audit_of_a_full_ranking_equals_the_seed_metrics():
+    rng = np.random.default_rng(0)
+    scores = rng.normal(size=(20, 50))
+    R = np.zeros_like(scores)
+    R[np.arange(20), rng.integers(0, 50, 20)] = 1
+    R[np.arange(20), rng.integers(0, 50, 20)] = 1
+    lists = [list(np.argsort(-s, kind="stable")) for s in scores]
+    au = A.audit_lists(A.score_matrix(lists, 50), R)
+    np.testing.assert_array_equal(au.max_r, M.max_at_r(scores, R))
+    np.testing.assert_array_equal(au.comp_at_10, M.comp_at_k(scores, R, 10).astype(bool))
+    assert not au.censored.any()
+    # a list cut at 5: queries whose relevant documents are not all listed are censored
+    cut = A.audit_lists(A.score_matrix([x[:5] for x in lists], 50), R)
+    assert (cut.censored == (M.max_at_r(scores, R) > 5)).all()
+    agg = cut.aggregate(np.ones(20, bool), ["en"] * 20, ["en"] * 20)
+    assert agg["censored"] == int(cut.censored.sum()) and agg["queries"] == 20
+
+
+def test_the_sample_is_fixed_and_spans_every_article():
+    s = ev.sample_indices(374, 48)
+    assert len(s) == 48 and s[0] == 0 and s[-1] == 373 and (np.diff(s) > 0).all()
+    assert (ev.sample_indices(374, 48) == s).all()
+    assert (ev.sample_indices(10, 48) == np.arange(10)).all()
+    from indexes.corpora import load_xquad
+
+    arts = {load_xquad(["en"], split="test").questions[i].article for i in s}
+    assert len(arts) == 16  # all held-out test articles
+
+
+def test_bootstrap_interval():
+    v = np.array([100.0] * 90 + [0.0] * 10)
+    lo, hi = ev.bootstrap_ci(v)
+    assert lo < 90 < hi and hi - lo < 15 and ev.bootstrap_ci(v) == (lo, hi)
+    assert ev.bootstrap_ci(np.full(50, 100.0)) == (100.0, 100.0)
+
+
+class CountingModel:
+    """A cross-encoder stand-in that counts what it is asked to score (the cache is under test)."""
+
+    name, kind = "counting", "cross-encoder"
+
+    def __init__(self):
+        self.pairs = 0
+
+    def score(self, query, docs):
+        self.pairs += len(docs)
+        return np.array([len(query) + len(d) / 100 for d in docs])
+
+
+def test_score_cache_scores_each_pair_once_and_survives_a_restart(tmp_path):
+    model = CountingModel()
+    cache = ev.CachedReranker(model, tmp_path / "s.npz")
+    a = cache.score("q1", ["a", "bb", "ccc"])
+    b = cache.score("q1", ["bb", "dddd"])
+    assert model.pairs == 4 and b[0] == a[1]
+    assert cache.score("q2", ["a"])[0] != a[0]  # keyed by the query too
+    cache.save()
+    again = ev.CachedReranker(model, tmp_path / "s.npz")
+    np.testing.assert_array_equal(again.score("q1", ["a", "bb", "ccc"]), a)
+    assert model.pairs == 5
+
+
+def test_served_defaults_file_drives_the_service(tmp_path, monkeypatch):
+    from service.config import ServiceSettings
+    from service.models import registry
+
+    row = ev.Row("base", "lamar-e5-small", "groups")
+    row.results = {"sample": {"ndcg_at_1": {"mean": 95.0, "ci95": [93, 97]}}, "latency_ms_p50": 1200.0}
+    base = ev.Row("base", "none", "documents")
+    base.results = {"sample": {"ndcg_at_1": {"mean": 92.0, "ci95": [90, 94]}}, "latency_ms_p50": 15.0}
+
+    class Ev:
+        sample = np.arange(48)
+
+    path = tmp_path / "serving.json"
+    ev.write_served_defaults(row, base, Ev(), path)
+    data = json.loads(path.read_text())
+    assert data["served"] == {"retriever": "base", "reranker": "lamar-e5-small", "candidates": "groups",
+                              "rerank_k": 20}  # fmt: skip
+    monkeypatch.setattr(registry, "SERVED_DEFAULTS", path)
+    monkeypatch.setattr(registry.served_defaults, "__defaults__", (path,))
+    d = ServiceSettings().pipeline_defaults()
+    assert (d.rerank, d.rerank_k, d.group_candidates) == (True, 20, True)
+    assert registry.default_reranker(None) == registry.LAMAR_RERANKER
+    assert ServiceSettings(rerank=False, group_candidates=False).pipeline_defaults().rerank is False
+    # an explicit --reranker turns reranking on unless --no-rerank says otherwise
+    path.write_text(json.dumps({"served": {"retriever": "base", "reranker": "none", "candidates": "documents"}}))
+    assert ServiceSettings().pipeline_defaults().rerank is False
+    assert ServiceSettings(reranker="cosine").pipeline_defaults().rerank is True
+    assert registry.default_reranker(None) is None and registry.default_reranker("cosine") is None
+
+
+def test_best_row_prefers_quality_then_latency():
+    def row(name, ndcg, ms):
+        r = ev.Row(name, "none", "groups")
+        r.results = {"sample": {"ndcg_at_1": {"mean": ndcg}}, "latency_ms_p50": ms}
+        return r
+
+    rows = [row("a", 92.0, 10), row("b", 94.001, 900), row("c", 94.0, 20)]
+    assert ev.best_row(rows).retriever == "c"  # 94.001 and 94.0 tie at 0.01 points: the faster wins
+    assert ev.best_row(rows[:2]).retriever == "b"
+
+
+@pytest.mark.slow
+def test_eval_pipeline_command_end_to_end(tmp_path, samelang_home):
+    """The whole command on 2 questions per language (smoke: every row, the HTTP check)."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "samelang", "eval", "pipeline", "--max-questions", "2", "--per-lang", "2"]
+    r = subprocess.run([*cmd, "--out", str(out)], capture_output=True, text=True, timeout=3600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    data = json.loads((out / "results.json").read_text())
+    assert len(data["rows"]) == 12 and data["http"]["queries"] == 24
+    for row in data["rows"]:
+        assert 0 <= row["sample"]["ndcg_at_1"]["mean"] <= 100 and row["latency_ms_p50"] > 0
