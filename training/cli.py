@@ -458,17 +458,16 @@ def eval_pipeline_cmd(
     ces = named(cross_encoder, {LAMAR_RERANKER.name: LAMAR_RERANKER} if LAMAR_RERANKER.exists() else {})
     if per_lang < 48 and not full:
         typer.echo(f"note: --per-lang {per_lang} is below the documented sample of 48 questions per language")
+    if card and (max_questions or per_lang < 48):
+        raise typer.BadParameter("--card needs the documented sample (>= 48 per language, no --max-questions)")
     before = served_defaults()
     evaluation = ev.PipelineEvaluation(
         cfg.home, retrievers, ces, full=full, per_lang=per_lang, cache=cache, log=typer.echo,
-        max_questions=max_questions,
-        served=(before.retriever, before.reranker if before.reranker != "none" else "none", before.candidates),
+        max_questions=max_questions, served=(before.retriever, before.reranker, before.candidates),
     )  # fmt: skip
     rows = evaluation.run()
     chosen = ev.best_row(rows)
     baseline = next((r for r in rows if (r.retriever, r.reranker, r.strategy) == (BASE, "none", "documents")), None)
-    if card and max_questions:
-        raise typer.BadParameter("--card needs the documented sample, not --max-questions", param_hint="--card")
     if card:
         ev.write_served_defaults(chosen, baseline, evaluation)
     http_result = None

@@ -115,9 +115,11 @@ class Handlers:
         if not queries:
             raise BadRequest(field, "no queries")
         out = self.pipeline.diagnose(queries, req.k, opts, field)
-        grouped = self.pipeline.defaults.group_candidates if req.group_candidates is None else req.group_candidates
+        d = self.pipeline.defaults
+        grouped = d.group_candidates if req.group_candidates is None else req.group_candidates
+        reranked = d.rerank if req.rerank is None else req.rerank
         components = _components(self.pipeline)
-        components.reranker = self.pipeline.reranker.name if req.rerank else None
+        components.reranker = self.pipeline.reranker.name if reranked else None
         components.candidates = "groups" if grouped else "documents"
         return P.DiagnoseResponse(
             **{k: v for k, v in out.items() if k not in ("aggregate", "per_query_lang", "queries")},

@@ -182,8 +182,10 @@ class DiagnoseRequest(_Retrieval):
     split: Literal["train", "test", "all"] = "test"
     pair: str | None = Field(None, description="e.g. 'en-zh': queries in both languages, pool = the index")
     k: int | None = Field(None, ge=1, le=10000, description="ranking depth (default: the whole index, up to 10000)")
-    rerank: bool = Field(False, description="rerank each list's head as /search does with rerank: true")
-    rerank_k: int = Field(20, ge=1, le=100)
+    rerank: bool | None = Field(
+        None, description="rerank each list's head as /search does (default: what /search does by default, see /info)"
+    )
+    rerank_k: int | None = Field(None, ge=1, le=100, description="candidates reranked (default: the server's)")
 
     @model_validator(mode="after")
     def _one_source(self):

@@ -124,15 +124,19 @@ def test_served_defaults_file_drives_the_service(tmp_path, monkeypatch):
     assert registry.default_reranker(None) is None and registry.default_reranker("cosine") is None
 
 
-def test_best_row_prefers_quality_then_latency():
-    def row(name, ndcg, ms):
-        r = ev.Row(name, "none", "groups")
+def test_best_row_prefers_quality_then_latency_then_simplicity():
+    def row(name, ndcg, ms, reranker="none", strategy="groups"):
+        r = ev.Row(name, reranker, strategy)
         r.results = {"sample": {"ndcg_at_1": {"mean": ndcg}}, "latency_ms_p50": ms}
         return r
 
-    rows = [row("a", 92.0, 10), row("b", 94.001, 900), row("c", 94.0, 20)]
+    rows = [row("a", 92.0, 10), row("b", 94.001, 900, "lamar"), row("c", 94.0, 20)]
     assert ev.best_row(rows).retriever == "c"  # 94.001 and 94.0 tie at 0.01 points: the faster wins
-    assert ev.best_row(rows[:2]).retriever == "b"
+    assert ev.best_row(rows[:2]).retriever == "b"  # quality first, whatever it costs
+    # equal quality and latency within timing noise: no reranker before the cosine, documents before groups
+    same = [row("cos", 90.0, 17.0, "cosine", "documents"), row("grp", 90.0, 16.0), row("doc", 90.0, 17.5,
+            strategy="documents")]  # fmt: skip
+    assert ev.best_row(same).retriever == "doc"
 
 
 @pytest.mark.slow
