@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import work
+
 
 @dataclass
 class _Job:
@@ -59,7 +61,11 @@ class MicroBatcher:
             return np.asarray(self.fn([]))
         job = _Job(list(items))
         self._queue.put(job)
-        return job.future.result()
+        while True:  # the batch runs on; a caller whose request is cancelled stops waiting for it
+            try:
+                return job.future.result(timeout=0.1)
+            except TimeoutError:
+                work.check()
 
     def close(self) -> None:
         if not self._closed:

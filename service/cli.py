@@ -213,4 +213,7 @@ def serve(
     if cfg.generator == "transformers" and cfg.generator_model is None:
         prepare_generator(cfg.home)
     typer.echo(f"samelang: loading models and index, then serving on http://{cfg.host}:{cfg.port} ...")
-    uvicorn.run(create_app(cfg), host=cfg.host, port=cfg.port, log_level="info")
+    uvicorn.run(
+        create_app(cfg), host=cfg.host, port=cfg.port, log_level="info",
+        timeout_graceful_shutdown=int(cfg.shutdown_timeout_s) or None,
+    )  # fmt: skip
