@@ -96,7 +96,7 @@ async def _soak(base_url: str, pid: int, seconds: float, concurrency: int, seed:
 
 def soak(base_url: str, pid: int, seconds: float = 600, concurrency: int = 8, seed: int = 0) -> dict:
     out = asyncio.run(_soak(base_url, pid, seconds, concurrency, seed))
-    values = [mb for t, mb in out["rss"] if t >= min(30.0, seconds / 5)]  # after warm-up
+    values = [mb for t, mb in out["rss"] if t >= min(30.0, seconds / 5)] or [mb for _, mb in out["rss"]]
     fifth = max(1, len(values) // 5)
     first, last = statistics.median(values[:fifth]), statistics.median(values[-fifth:])
     out["rss_first_mb"], out["rss_last_mb"] = first, last

@@ -153,6 +153,11 @@ class OpenIndex:
     def size(self) -> int:
         return int(self.faiss_index.ntotal)
 
+    @property
+    def identity(self) -> tuple[str, str]:
+        """(build, generation): changes with every ``index add`` and with a rebuild of the folder."""
+        return (str(self.manifest.get("build_id") or self.manifest.get("built_at")), self.generation)
+
     def search(self, query_vectors: np.ndarray, k: int, ef_search: int | None = None, nprobe: int | None = None):
         """(scores, rows) of the k nearest documents per query; rows = -1 past the end."""
         if not self.on_gpu:
@@ -211,6 +216,13 @@ def current_generation(path: Path) -> Path:
 
 def read_manifest(path: Path) -> dict:
     return json.loads((current_generation(path) / "manifest.json").read_text())
+
+
+def live_identity(path: Path) -> tuple[str, str]:
+    """:attr:`OpenIndex.identity` of the generation ``CURRENT`` names now (cheap: two small reads)."""
+    gen = current_generation(path)
+    m = json.loads((gen / "manifest.json").read_text())
+    return (str(m.get("build_id") or m.get("built_at")), gen.name)
 
 
 def _prepare_docs(
@@ -312,6 +324,7 @@ def build_index(
         "source": source,
         "built_at": now,
         "updated_at": now,
+        "build_id": uuid.uuid4().hex,  # a rebuild restarts at generation 1: readers tell builds apart by this
         "generation": 1,
     }
     with writer_lock(out), atomic_dir(out) as tmp:
@@ -349,8 +362,10 @@ def open_index(path: Path, model: ModelInfo | None = None, use_gpu: bool = False
             break
         if fd is not None:
             os.close(fd)
-    manifest = json.loads((gen / "manifest.json").read_text())
+    else:
+        raise IndexNotFound(f"index at {path} keeps changing under the reader; try again")
     try:
+        manifest = json.loads((gen / "manifest.json").read_text())
         if manifest.get("format_version") != FORMAT_VERSION:
             raise IndexNotFound(
                 f"index at {path} has format {manifest.get('format_version')}, expected {FORMAT_VERSION}"
@@ -433,6 +448,6 @@ def index_info(path: Path) -> dict:
 
 __all__ = [
     "CURRENT", "IndexBusy", "IndexModelMismatch", "IndexNotFound", "ModelInfo", "OpenIndex", "add_documents",
-    "build_index", "writer_lock",
+    "build_index", "live_identity", "writer_lock",
     "check_model", "current_generation", "index_info", "open_index", "read_manifest",
 ]  # fmt: skip

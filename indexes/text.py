@@ -18,9 +18,10 @@ _INVISIBLE = frozenset({"Cc", "Cf", "Cs", "Zs", "Zl", "Zp", "Mn", "Me"})
 
 def text_problem(s: str) -> str | None:
     """Why ``s`` is not usable text, or ``None`` when it is."""
-    for i, c in enumerate(s):
-        if 0xD800 <= ord(c) <= 0xDFFF:
-            return f"contains a lone UTF-16 surrogate (U+{ord(c):04X}) at position {i}: send valid Unicode"
-    if not any(unicodedata.category(c) not in _INVISIBLE for c in s):
+    try:
+        s.encode("utf-8")  # in C: only a lone surrogate fails
+    except UnicodeEncodeError as e:
+        return f"contains a lone UTF-16 surrogate (U+{ord(s[e.start]):04X}) at position {e.start}: send valid Unicode"
+    if not any(unicodedata.category(c) not in _INVISIBLE for c in s):  # stops at the first visible one
         return "must contain visible characters (not only whitespace, zero-width or control characters)"
     return None

@@ -59,6 +59,7 @@ class MicroBatcher:
             raise RuntimeError("the micro-batcher is closed")
         if len(items) == 0:
             return np.asarray(self.fn([]))
+        work.check()  # a cancelled request adds no work
         job = _Job(list(items))
         self._queue.put(job)
         while True:  # the batch runs on; a caller whose request is cancelled stops waiting for it

@@ -240,6 +240,10 @@ class Pipeline:
         rerank = d.rerank if opts.rerank is None else opts.rerank
         rerank_k = d.rerank_k if opts.rerank_k is None else opts.rerank_k
         grouped = d.group_candidates if opts.group_candidates is None else opts.group_candidates
+        if rerank and rerank_k > self.limits.max_rerank_pairs:
+            raise BadRequest(
+                "rerank_k", f"{rerank_k} reranker pairs, at most {self.limits.max_rerank_pairs} per request"
+            )
         qlang, detected = self.query_language(query, opts.lang)
         if qvec is None:
             qvec = self.encoder.encode_queries([query])

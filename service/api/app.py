@@ -4,13 +4,14 @@ CPU-bound work run in the thread pool, JSON errors, auth, Prometheus metrics."""
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import Response
+from fastapi.responses import PlainTextResponse, Response
 
 from indexes.index import OpenIndex, open_index
 
@@ -117,6 +118,10 @@ def describe(pipeline: Pipeline, cfg: ServiceSettings) -> dict:
             "query_chars": P.MAX_QUERY_CHARS,
             "rerank_documents": pipeline.limits.max_rerank_documents,
             "document_chars": pipeline.limits.max_document_chars,
+            "diagnose_queries": pipeline.limits.max_diagnose_queries,
+            "rerank_pairs": pipeline.limits.max_rerank_pairs,
+            "answer_tokens": pipeline.limits.max_answer_tokens,
+            "request_timeout_s": cfg.request_timeout_s,
             "body_bytes": cfg.max_body_bytes,
         },
     }
@@ -150,6 +155,8 @@ async def bounded(request: Request, fn, req):
     state.budgets.add(budget)
     state.metrics.in_progress.inc()
     task = asyncio.ensure_future(run_in_threadpool(budget.run, fn, req))
+    task.add_done_callback(lambda t: t.cancelled() or t.exception())  # an abandoned task's end is not an error
+    grace = 2.0  # past the deadline, the answer does not wait for a worker stuck between checks
     try:
         while True:
             done, _ = await asyncio.wait({task}, timeout=0.1)
@@ -157,6 +164,8 @@ async def bounded(request: Request, fn, req):
                 return task.result()
             if await request.is_disconnected():
                 budget.cancel("disconnected")
+            if budget.deadline is not None and time.monotonic() > budget.deadline + grace:
+                budget.check()  # raises Cancelled("deadline"); the worker stops at its next check
     except Cancelled as e:
         state.metrics.cancelled.labels(e.reason).inc()
         raise
@@ -173,40 +182,49 @@ async def bounded(request: Request, fn, req):
 
 def swap_index(app: FastAPI, index: OpenIndex) -> None:
     """Serve ``index`` from the next request on; requests in flight finish on the pipeline they
-    started with, and the old index is closed when the last of them lets go of it."""
-    pipeline = app.state.components.pipeline.replace(index=index)
-    app.state.components = Components(pipeline, app.state.components.info)
+    started with, and the old index is closed when the last of them lets go of it. One assignment
+    (the handlers, which every route reads) switches everything at once."""
+    pipeline = app.state.handlers.pipeline.replace(index=index)
     app.state.handlers = Handlers(pipeline)
+    app.state.components = Components(pipeline, app.state.components.info)
     log.info("samelang: serving index generation %s (%d documents)", index.generation, index.size)
 
 
-def reload_index(app: FastAPI) -> bool:
-    """Open the index's live generation if it is not the one served; True when it swapped."""
-    from indexes.index import current_generation
+_RELOAD = threading.Lock()
 
-    pipeline = app.state.components.pipeline
-    path = pipeline.index.path
-    if current_generation(path).name == pipeline.index.generation:
-        return False
-    index = open_index(path, pipeline.encoder.info, use_gpu=app.state.settings.use_gpu_index)
-    if index.generation == pipeline.index.generation:
-        index.close()
-        return False
-    swap_index(app, index)
-    return True
+
+def reload_index(app: FastAPI) -> bool:
+    """Open the index's live generation if it is not the one served (another generation, or the
+    folder rebuilt: another build id); True when it swapped. One reload at a time."""
+    from indexes.index import live_identity
+
+    with _RELOAD:
+        pipeline = app.state.handlers.pipeline
+        if live_identity(pipeline.index.path) == pipeline.index.identity:
+            return False
+        index = open_index(pipeline.index.path, pipeline.encoder.info, use_gpu=app.state.settings.use_gpu_index)
+        if index.identity == pipeline.index.identity:
+            index.close()
+            return False
+        swap_index(app, index)
+        return True
 
 
 async def watch_index(app: FastAPI, every_s: float) -> None:
     """Poll the index's ``CURRENT`` and swap in a new generation (``samelang index add``)."""
     import asyncio
 
+    failed: str | None = None
     while True:
         await asyncio.sleep(every_s)
         try:
             await run_in_threadpool(reload_index, app)
-        except Exception:  # noqa: BLE001 - a half-written or broken index must not stop the server
-            log.exception("samelang: could not reload the index; still serving generation %s",
-                          app.state.components.pipeline.index.generation)  # fmt: skip
+            failed = None
+        except Exception as e:  # noqa: BLE001 - a half-written or broken index must not stop the server
+            if str(e) != failed:  # once per distinct failure, not every poll
+                failed = str(e)
+                log.exception("samelang: could not reload the index; still serving generation %s",
+                              app.state.handlers.pipeline.index.generation)  # fmt: skip
 
 
 def _router() -> APIRouter:
@@ -237,29 +255,24 @@ def _router() -> APIRouter:
     async def admin_reload(request: Request):
         """Serve the index's newest generation now (the server also polls for it)."""
         swapped = await run_in_threadpool(reload_index, request.app)
-        idx = request.app.state.components.pipeline.index
+        idx = handle(request).pipeline.index
         return {"generation": idx.generation, "documents": idx.size, "reloaded": swapped}
 
     @r.get("/health")
     async def health():
         return {"status": "ok"}
 
-    @r.get("/ready", responses={503: {"model": P.ErrorResponse, "description": "models are loading"}})
+    @r.get("/ready")
     async def ready(request: Request):
-        """Readiness probe; needs no API key (it reveals only the document count)."""
-        comps = getattr(request.app.state, "components", None)
-        if comps is None:
-            return Response(
-                '{"error": "not_ready", "detail": "models are loading"}', 503, media_type="application/json"
-            )
-        return {"status": "ready", "documents": comps.pipeline.index.size}
+        """Readiness probe (the server accepts connections only once the models are loaded); needs no
+        API key: it reveals only the document count."""
+        return {"status": "ready", "documents": handle(request).pipeline.index.size}
 
     @r.get("/info", responses=_responses({401: ERRORS[401]}))
     async def info(request: Request):
-        comps = request.app.state.components
-        return {**describe(comps.pipeline, request.app.state.settings), **comps.info}
+        return {**describe(handle(request).pipeline, request.app.state.settings), **request.app.state.components.info}
 
-    @r.get("/metrics", responses=_responses({401: ERRORS[401]}))
+    @r.get("/metrics", response_class=PlainTextResponse, responses=_responses({401: ERRORS[401]}))
     async def metrics(request: Request):
         body, ctype = request.app.state.metrics.render()
         return Response(body, media_type=ctype)

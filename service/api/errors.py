@@ -21,13 +21,24 @@ def request_id(request: Request) -> str | None:
     return request.scope.get("samelang_request_id")
 
 
+class AsciiJSONResponse(JSONResponse):
+    """JSON with every non-ASCII character escaped: an error that quotes the client's input can
+    never fail to encode (a lone surrogate would, in UTF-8)."""
+
+    def render(self, content) -> bytes:
+        import json
+
+        return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+
+
 def error_response(status: int, error: str, detail: str, request: Request | None = None, **extra) -> JSONResponse:
     rid = request_id(request) if request is not None else None
-    return JSONResponse({"error": error, "detail": detail, "request_id": rid, **extra}, status_code=status)
+    return AsciiJSONResponse({"error": error, "detail": detail, "request_id": rid, **extra}, status_code=status)
 
 
 def _field(loc) -> str:
-    parts = [str(p) for p in loc if p not in ("body", "object")]  # "object": the tag of {id, text} documents
+    # "object": the tag of {id, text} documents; a field name may hold a lone surrogate: escape it
+    parts = [str(p).encode("utf-8", "backslashreplace").decode() for p in loc if p not in ("body", "object")]
     out = ""
     for p in parts:
         out += f"[{p}]" if p.isdigit() else (f".{p}" if out else p)

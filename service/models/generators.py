@@ -54,7 +54,7 @@ class TransformersGenerator:
 
     def generate(self, prompt: str, max_tokens: int) -> str:
         import torch
-        from transformers import StoppingCriteria, StoppingCriteriaList
+        from transformers import StoppingCriteria
 
         budget = work.current()
 
@@ -64,11 +64,22 @@ class TransformersGenerator:
                 return torch.full((input_ids.shape[0],), stop, dtype=torch.bool, device=input_ids.device)
 
         inputs = self.tokenizer(prompt, return_tensors="pt").to(self.device)
-        with self._lock, torch.inference_mode():
+        while not self._lock.acquire(timeout=0.1):  # queued behind another answer: still cancellable
+            work.check()
+        try:
+            return self._generate(inputs, max_tokens, _Budget)
+        finally:
+            self._lock.release()
+
+    def _generate(self, inputs, max_tokens: int, criterion) -> str:
+        import torch
+        from transformers import StoppingCriteriaList
+
+        with torch.inference_mode():
             work.check()
             out = self.model.generate(
                 **inputs, max_new_tokens=max_tokens, do_sample=False, pad_token_id=self.tokenizer.pad_token_id,
-                stopping_criteria=StoppingCriteriaList([_Budget()]),
+                stopping_criteria=StoppingCriteriaList([criterion()]),
             )  # fmt: skip
         work.check()  # stopped by the budget: the request is over, not answered with a cut-off text
         text = self.tokenizer.decode(out[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
