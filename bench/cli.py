@@ -7,12 +7,14 @@ from pathlib import Path
 import typer
 
 SECTIONS = ("build", "scale", "embed", "rerank", "http")
+ON_REQUEST = ("soak",)  # run only when named
 
 
 def bench(
     quick: bool = typer.Option(False, "--quick", help="Smaller sizes and fewer repeats: under 10 minutes on 2 cores."),
     section: list[str] = typer.Option(None, help=f"Run only these sections ({', '.join(SECTIONS)}); repeatable."),
     repeats: int = typer.Option(None, help="Timed repetitions per measurement (default 5, --quick 3)."),
+    soak_seconds: float = typer.Option(600, help="Length of the soak section (--section soak), seconds."),
     out: Path = typer.Option(Path("runs/bench"), envvar="SAMELANG_BENCH_OUT", help="bench.md and the server log."),
     flops_per_cycle: int = typer.Option(32, help="fp32 FLOP per cycle per core, for the %-of-peak column."),
     home: Path = typer.Option(None, help="[env: SAMELANG_HOME]"),
@@ -23,12 +25,14 @@ def bench(
 
     from .run import BenchConfig, run
 
-    bad = [s for s in section or [] if s not in SECTIONS]
+    bad = [s for s in section or [] if s not in SECTIONS + ON_REQUEST]
     if bad:
-        raise typer.BadParameter(f"unknown section(s) {bad}; choose from {SECTIONS}", param_hint="--section")
+        choices = SECTIONS + ON_REQUEST
+        raise typer.BadParameter(f"unknown section(s) {bad}; choose from {choices}", param_hint="--section")
     cfg = BenchConfig(
         quick=quick,
-        sections=tuple(s for s in SECTIONS if not section or s in section),
+        sections=tuple(s for s in SECTIONS + ON_REQUEST if (s in section if section else s in SECTIONS)),
+        soak_seconds=soak_seconds,
         repeats=repeats or (3 if quick else 5),
         home=settings(home=home).home,
         out=out,

@@ -9,7 +9,8 @@ timed in alternation within each repetition, so machine noise hits both alike):
 3. ``http``: ``/search`` and ``/rerank`` latency percentiles and throughput at concurrency
    1/8/32 against ``samelang serve`` on localhost (load generator and server share the CPU);
 4. ``build``: time to embed and index XQuAD (all 12 languages, 2,880 paragraphs; ``--quick``: en+zh);
-5. ``scale``: Flat vs HNSW vs IVF at 10k/100k(/1M) vectors grown from the index's real embeddings.
+5. ``scale``: Flat vs HNSW vs IVF at 10k/100k(/1M) vectors grown from the index's real embeddings;
+6. ``soak`` (only when asked): 10 minutes of mixed traffic, errors and server RSS drift.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class BenchConfig:
     home: Path | None = None
     out: Path = Path("runs/bench")
     flops_per_cycle: int = 32  # fp32 per core: two 256-bit FMA pipes (AVX2 Zen 2-4, Skylake client)
+    soak_seconds: float = 600.0
     log: list[str] = field(default_factory=list)
 
 
@@ -213,6 +215,22 @@ def bench_http(cfg: BenchConfig) -> str:
     )
 
 
+def bench_soak(cfg: BenchConfig) -> str:
+    """``soak_seconds`` of mixed traffic against ``samelang serve`` (loopback): errors and RSS drift."""
+    from .http_load import ServerProcess, free_port
+    from .soak import format_soak, soak
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = {**os.environ, **({"SAMELANG_HOME": str(cfg.home)} if cfg.home else {})}
+    cmd = [sys.executable, "-m", "samelang", "serve", "--port", str(port), "--generator", "none"]
+    with ServerProcess(cmd, url, Path(cfg.out) / "server-soak.log", env=env) as server:
+        out = soak(url, server.proc.pid, seconds=cfg.soak_seconds, concurrency=8)
+    return format_soak(out) + (
+        "\n\nServer: `samelang serve --generator none` (bundled demo index), 8 concurrent clients on the same cores."
+    )
+
+
 @dataclass
 class Built:
     table: str
@@ -290,6 +308,8 @@ def run(cfg: BenchConfig) -> str:
             text = bench_rerank(cfg)
         elif name == "http":
             text = bench_http(cfg)
+        elif name == "soak":
+            text = bench_soak(cfg)
         else:
             raise ValueError(f"unknown section {name!r}")
         parts.append(f"## {name} ({time.perf_counter() - t0:.0f} s)\n\n{text}")

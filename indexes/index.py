@@ -10,18 +10,31 @@ Layout (each generation is complete and never modified after it is written)::
 ``add_documents`` writes generation N+1 beside N and then swaps ``CURRENT``
 (``os.replace``), so a crash at any point leaves generation N loadable.
 The embedding model is a callable given by the caller: this package knows no model.
+
+Concurrency. Writers (``build_index``, ``add_documents``) hold an exclusive OS lock on
+``.DIR.lock`` beside the folder from reading ``CURRENT`` to switching it, so two writers run one
+after the other and neither loses the other's documents (the second waits, and says so). Readers
+(:func:`open_index`, e.g. a running server) hold a shared lock on their generation's ``READERS``
+file for as long as the index is open; a writer deletes an old generation only when it can take
+that lock exclusively, i.e. when no reader holds it. A generation left behind is removed by a
+later writer once its readers are gone.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
+import os
 import re
 import shutil
+import sys
 import time
 import uuid
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +47,7 @@ from .docstore import DocStore, StoredDoc
 
 FORMAT_VERSION = 1
 CURRENT = "CURRENT"
+READERS = "READERS"  # per generation: readers hold a shared lock on it
 Embed = Callable[[list[str]], np.ndarray]
 
 
@@ -47,6 +61,69 @@ class IndexNotFound(IndexError_):
 
 class IndexModelMismatch(IndexError_):
     pass
+
+
+class IndexBusy(IndexError_):
+    """Another writer holds the index and the caller chose not to wait."""
+
+
+def _lock_path(path: Path) -> Path:
+    # beside the folder, not in it: build_index replaces the whole folder
+    return Path(path).parent / f".{Path(path).name}.lock"
+
+
+@contextmanager
+def writer_lock(path: Path, wait: bool = True, log: Callable[[str], None] | None = None) -> Iterator[None]:
+    """Exclusive write access to the index at ``path`` (an OS lock, released if the process dies)."""
+    lock = _lock_path(path)
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if not wait:
+                raise IndexBusy(f"another process is writing the index at {path}; try again when it is done") from None
+            (log or (lambda m: print(m, file=sys.stderr)))(
+                f"samelang: another process is writing the index at {path}; waiting for it to finish ..."
+            )
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+def _reader_lock(gen: Path) -> int | None:
+    """A shared lock on ``gen/READERS`` that keeps writers from deleting the generation."""
+    try:
+        fd = os.open(gen / READERS, os.O_CREAT | os.O_RDWR, 0o644)
+    except OSError:  # a read-only copy of an index: nobody can delete it from under us either
+        return None
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    return fd
+
+
+def _remove_unread_generations(path: Path, keep: str) -> list[str]:
+    """Delete every generation but ``keep`` that no reader holds; returns the names removed."""
+    removed = []
+    for old in sorted(path.glob("gen-*")):
+        if old.name == keep or not old.is_dir():
+            continue
+        try:
+            fd = os.open(old / READERS, os.O_CREAT | os.O_RDWR, 0o644)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)  # a server still reads it: a later writer removes it
+            continue
+        try:
+            shutil.rmtree(old, ignore_errors=True)
+            removed.append(old.name)
+        finally:
+            os.close(fd)
+    return removed
 
 
 @dataclass(frozen=True)
@@ -66,10 +143,20 @@ class OpenIndex:
     faiss_index: object
     docs: DocStore
     on_gpu: bool = False
+    _reader_fd: int | None = field(default=None, repr=False)
+
+    def __post_init__(self):
+        # closed when closed explicitly, or when the last user (an in-flight request) lets go
+        self._finalizer = weakref.finalize(self, _close_index, self.docs, self._reader_fd)
 
     @property
     def size(self) -> int:
         return int(self.faiss_index.ntotal)
+
+    @property
+    def identity(self) -> tuple[str, str]:
+        """(build, generation): changes with every ``index add`` and with a rebuild of the folder."""
+        return (str(self.manifest.get("build_id") or self.manifest.get("built_at")), self.generation)
 
     def search(self, query_vectors: np.ndarray, k: int, ef_search: int | None = None, nprobe: int | None = None):
         """(scores, rows) of the k nearest documents per query; rows = -1 past the end."""
@@ -91,7 +178,13 @@ class OpenIndex:
             return None
 
     def close(self) -> None:
-        self.docs.close()
+        self._finalizer()
+
+
+def _close_index(docs: DocStore, reader_fd: int | None) -> None:
+    docs.close()
+    if reader_fd is not None:
+        os.close(reader_fd)
 
 
 def _corpus_checksum(docs: DocStore) -> str:
@@ -123,6 +216,13 @@ def current_generation(path: Path) -> Path:
 
 def read_manifest(path: Path) -> dict:
     return json.loads((current_generation(path) / "manifest.json").read_text())
+
+
+def live_identity(path: Path) -> tuple[str, str]:
+    """:attr:`OpenIndex.identity` of the generation ``CURRENT`` names now (cheap: two small reads)."""
+    gen = current_generation(path)
+    m = json.loads((gen / "manifest.json").read_text())
+    return (str(m.get("build_id") or m.get("built_at")), gen.name)
 
 
 def _prepare_docs(
@@ -224,9 +324,10 @@ def build_index(
         "source": source,
         "built_at": now,
         "updated_at": now,
+        "build_id": uuid.uuid4().hex,  # a rebuild restarts at generation 1: readers tell builds apart by this
         "generation": 1,
     }
-    with atomic_dir(out) as tmp:
+    with writer_lock(out), atomic_dir(out) as tmp:
         gen = tmp / _gen_name(1)
         gen.mkdir()
         manifest = _write_generation(gen, index, None, stored, manifest)
@@ -248,15 +349,36 @@ def check_model(manifest: dict, model: ModelInfo, path: Path) -> None:
 def open_index(path: Path, model: ModelInfo | None = None, use_gpu: bool = False) -> OpenIndex:
     """Load the live generation; refuse it if it was built by another model than ``model``."""
     path = Path(path)
-    gen = current_generation(path)
-    manifest = json.loads((gen / "manifest.json").read_text())
-    if manifest.get("format_version") != FORMAT_VERSION:
-        raise IndexNotFound(f"index at {path} has format {manifest.get('format_version')}, expected {FORMAT_VERSION}")
-    if model is not None:
-        check_model(manifest, model, path)
-    index, on_gpu = V.to_gpu_if_available(V.read(gen / "vectors.faiss"), use_gpu)
-    docs = DocStore(gen / "docs.sqlite", readonly=True)
-    return OpenIndex(path, gen.name, manifest, index, docs, on_gpu)
+    for attempt in range(5):  # a writer may switch CURRENT and delete the generation just read: read again
+        try:
+            gen = current_generation(path)
+        except IndexNotFound:
+            if attempt == 4 or not (path / CURRENT).exists():
+                raise
+            time.sleep(0.05)
+            continue
+        fd = _reader_lock(gen)
+        if (gen / "manifest.json").exists():
+            break
+        if fd is not None:
+            os.close(fd)
+    else:
+        raise IndexNotFound(f"index at {path} keeps changing under the reader; try again")
+    try:
+        manifest = json.loads((gen / "manifest.json").read_text())
+        if manifest.get("format_version") != FORMAT_VERSION:
+            raise IndexNotFound(
+                f"index at {path} has format {manifest.get('format_version')}, expected {FORMAT_VERSION}"
+            )
+        if model is not None:
+            check_model(manifest, model, path)
+        index, on_gpu = V.to_gpu_if_available(V.read(gen / "vectors.faiss"), use_gpu)
+        docs = DocStore(gen / "docs.sqlite", readonly=True)
+    except BaseException:
+        if fd is not None:
+            os.close(fd)
+        raise
+    return OpenIndex(path, gen.name, manifest, index, docs, on_gpu, fd)
 
 
 def add_documents(
@@ -266,15 +388,23 @@ def add_documents(
     model: ModelInfo,
     detect: Callable[[list[str]], list] | None = None,
     batch_size: int = 32,
+    wait: bool = True,
 ) -> dict:
-    """Add documents to an existing index without rebuilding it (crash-safe)."""
+    """Add documents to an existing index without rebuilding it (crash-safe; concurrent writers
+    take turns, see the module docstring)."""
     path = Path(path)
-    gen = current_generation(path)
-    manifest = json.loads((gen / "manifest.json").read_text())
-    check_model(manifest, model, path)
+    current_generation(path)  # a clear error before waiting for a lock on nothing
     if not docs:
         raise ValueError("no documents to add")
     _check_unique(docs)
+    with writer_lock(path, wait=wait):
+        return _add_locked(path, docs, embed, model, detect, batch_size)
+
+
+def _add_locked(path, docs, embed, model, detect, batch_size) -> dict:
+    gen = current_generation(path)
+    manifest = json.loads((gen / "manifest.json").read_text())
+    check_model(manifest, model, path)
     old_store = DocStore(gen / "docs.sqlite", readonly=True)
     try:
         clash = old_store.existing_ids([d.id for d in docs])
@@ -301,9 +431,7 @@ def add_documents(
         shutil.rmtree(scratch, ignore_errors=True)
         raise
     atomic_write_text(path / CURRENT, new_gen.name)  # the commit point
-    for old in path.glob("gen-*"):
-        if old.name != new_gen.name:
-            shutil.rmtree(old, ignore_errors=True)
+    _remove_unread_generations(path, keep=new_gen.name)
     for stale in path.glob(".gen-*.tmp-*"):
         shutil.rmtree(stale, ignore_errors=True)
     return manifest
@@ -319,6 +447,7 @@ def index_info(path: Path) -> dict:
 
 
 __all__ = [
-    "CURRENT", "IndexModelMismatch", "IndexNotFound", "ModelInfo", "OpenIndex", "add_documents", "build_index",
+    "CURRENT", "IndexBusy", "IndexModelMismatch", "IndexNotFound", "ModelInfo", "OpenIndex", "add_documents",
+    "build_index", "live_identity", "writer_lock",
     "check_model", "current_generation", "index_info", "open_index", "read_manifest",
 ]  # fmt: skip

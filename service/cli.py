@@ -188,6 +188,7 @@ def serve(
 ) -> None:
     """Serve the API: prepares the models and the demo index on first run (cached)."""
     import logging
+    import math
 
     import uvicorn
 
@@ -213,4 +214,7 @@ def serve(
     if cfg.generator == "transformers" and cfg.generator_model is None:
         prepare_generator(cfg.home)
     typer.echo(f"samelang: loading models and index, then serving on http://{cfg.host}:{cfg.port} ...")
-    uvicorn.run(create_app(cfg), host=cfg.host, port=cfg.port, log_level="info")
+    uvicorn.run(
+        create_app(cfg), host=cfg.host, port=cfg.port, log_level="info",
+        timeout_graceful_shutdown=max(1, math.ceil(cfg.shutdown_timeout_s)),  # uvicorn: 0 would mean "forever"
+    )  # fmt: skip

@@ -93,8 +93,21 @@ class ServiceSettings(Settings):
     batch_wait_ms: float = Field(2.0, ge=0, le=1000, description="how long a micro-batch waits for more requests")
     max_batch_items: int = Field(64, ge=1, description="inputs per micro-batch (queries or pairs)")
     max_body_bytes: int = Field(2_000_000, ge=1024)
-    max_rerank_documents: int = Field(100, ge=1)
-    max_document_chars: int = Field(20000, ge=1)
+    max_rerank_documents: int = Field(100, ge=1, le=100, description="documents per /rerank")
+    max_document_chars: int = Field(20000, ge=1, le=20000, description="characters per /rerank document")
+    max_diagnose_queries: int = Field(1000, ge=1, le=1000, description="labelled queries per /diagnose")
+    max_rerank_pairs: int = Field(
+        2000, ge=1, description="(query, document) pairs one request may have the reranker score"
+    )
+    max_answer_tokens: int = Field(1024, ge=1, description="passages x max_tokens of one /answer")
+    request_timeout_s: float = Field(
+        30.0, gt=0, description="time budget of one request's model work; then 503 and the work stops"
+    )
+    body_timeout_s: float = Field(15.0, gt=0, description="a request body must arrive within this; else 408")
+    shutdown_timeout_s: float = Field(10.0, ge=0, description="on SIGTERM, running requests get this long")
+    index_reload_s: float = Field(
+        1.0, ge=0, description="poll the index for a new generation this often (0: only POST /admin/reload)"
+    )
     detect_langs: str = Field(
         "en,ar,de,el,es,hi,ro,ru,th,tr,vi,zh,fr,it,pt,nl,ja,ko", description="candidate languages for detection"
     )

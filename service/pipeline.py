@@ -24,6 +24,7 @@ from indexes.index import OpenIndex
 from indexes.langid import LanguageIdentifier
 
 from . import metrics as M
+from . import work
 from .errors import AnswerUnavailable, BadRequest
 from .metrics import audit as A
 from .models.encoder import Encoder
@@ -39,8 +40,13 @@ MIN_READER_CONFIDENCE = 0.5
 
 @dataclass
 class Limits:
+    """Work one request may ask for; each is a 422 naming the limit (``samelang serve`` flags)."""
+
     max_rerank_documents: int = 100
     max_document_chars: int = 20000
+    max_diagnose_queries: int = 1000  # labelled queries (or dataset questions) per /diagnose
+    max_rerank_pairs: int = 2000  # (query, document) pairs one request may have the reranker score
+    max_answer_tokens: int = 1024  # passages x max_tokens of one /answer
 
 
 @dataclass
@@ -238,13 +244,18 @@ class Pipeline:
                 return r.score_vectors(qvec[0], vecs)
         return np.asarray(r.score(query, [h.doc.text for h in hits]), dtype=np.float64)
 
-    def search(self, query: str, opts: SearchOptions) -> Ranked:
+    def search(self, query: str, opts: SearchOptions, qvec: np.ndarray | None = None) -> Ranked:
         d = self.defaults
         rerank = d.rerank if opts.rerank is None else opts.rerank
         rerank_k = d.rerank_k if opts.rerank_k is None else opts.rerank_k
         grouped = d.group_candidates if opts.group_candidates is None else opts.group_candidates
+        if rerank and rerank_k > self.limits.max_rerank_pairs:
+            raise BadRequest(
+                "rerank_k", f"{rerank_k} reranker pairs, at most {self.limits.max_rerank_pairs} per request"
+            )
         qlang, detected, confidence = self._query_language(query, opts.lang)
-        qvec = self.encoder.encode_queries([query])
+        if qvec is None:
+            qvec = self.encoder.encode_queries([query])
         n = max(opts.k, rerank_k)  # the candidates a reranker sees, whether or not one runs (candidate recall)
         if grouped:
             reader = qlang if confidence >= MIN_READER_CONFIDENCE else None
@@ -273,8 +284,9 @@ class Pipeline:
     def rerank(self, query: str, texts: list[str]) -> np.ndarray:
         """Scores of ``texts`` for ``query`` by the served reranker (limits checked first)."""
         lim = self.limits
-        if len(texts) > lim.max_rerank_documents:
-            raise BadRequest("documents", f"{len(texts)} documents, at most {lim.max_rerank_documents} per request")
+        if len(texts) > min(lim.max_rerank_documents, lim.max_rerank_pairs):
+            cap = min(lim.max_rerank_documents, lim.max_rerank_pairs)
+            raise BadRequest("documents", f"{len(texts)} documents, at most {cap} per request")
         for i, t in enumerate(texts):
             if not t.strip():
                 raise BadRequest(f"documents[{i}].text", "must not be empty or only whitespace")
@@ -293,6 +305,11 @@ class Pipeline:
         """Search as ``/search`` does, then generate from the first ``passages`` hits of distinct
         groups (with group-aware candidates: distinct documents in the reader's language where the
         index has them)."""
+        cost, cap = passages * max_tokens, self.limits.max_answer_tokens
+        if cost > cap:
+            raise BadRequest(
+                "max_tokens", f"passages x max_tokens = {passages} x {max_tokens} = {cost}, at most {cap} per request"
+            )
         ranked = self.search(query, opts)
         # two language versions of one paragraph would spend the generator's context twice: keep the
         # first-ranked of each group (a no-op for group-aware hits; never changes the first passage)
@@ -321,16 +338,34 @@ class Pipeline:
         """Rank the pool for each labelled query exactly as :meth:`search` serves it (candidates,
         reranking, versions listed after their hit) and audit the lists (Max@R, Max@R_norm,
         Comp@10, top-1 language) with :mod:`service.metrics.audit`."""
-        n = self.index.size
+        n, lim = self.index.size, self.limits
+        if len(queries) > lim.max_diagnose_queries:
+            raise BadRequest(
+                field_name.split("[")[0] if field_name != "pair" else "split",
+                f"{len(queries)} queries, at most {lim.max_diagnose_queries} per request "
+                "(send labelled queries in parts, or a smaller split)",
+            )
+        rerank = self.defaults.rerank if opts.rerank is None else opts.rerank
+        if rerank:
+            rk = opts.rerank_k or self.defaults.rerank_k
+            pairs = len(queries) * rk
+            if pairs > lim.max_rerank_pairs:
+                raise BadRequest(
+                    "rerank_k",
+                    f"{len(queries)} queries x rerank_k {rk} = {pairs} reranker pairs, at most "
+                    f"{lim.max_rerank_pairs} per request (fewer queries, a lower rerank_k, or no rerank)",
+                )
         rel_ids = sorted({rid for q in queries for rid in q.relevant})
         row_of = self.index.docs.rows_for_ids(rel_ids)
         missing = [rid for rid in rel_ids if rid not in row_of]
         if missing:
             raise BadRequest(field_name, f"{len(missing)} relevant ids are not in the served index, e.g. {missing[:3]}")
         depth = min(k or n, n, MAX_DIAGNOSE_DEPTH)
+        qvecs = self.encoder.encode_queries([q.query for q in queries])  # one batched pass
         rankings, qlangs = [], []
-        for q in queries:
-            r = self.search(q.query, replace(opts, k=depth, lang=q.lang or None))
+        for q, qvec in zip(queries, qvecs):
+            work.check()  # a spent budget or a gone client stops the audit between queries
+            r = self.search(q.query, replace(opts, k=depth, lang=q.lang or None), qvec=qvec[None, :])
             rows = [row for h in r.hits for row in h.rows][:depth]
             rankings.append(rows)
             qlangs.append(r.query_lang)

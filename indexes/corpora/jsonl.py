@@ -13,6 +13,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+from ..text import text_problem
 from .records import Document, LabelledQuery
 
 
@@ -67,6 +68,9 @@ def load_documents_jsonl(path: str | Path) -> list[Document]:
         text = obj.get("text")
         if not isinstance(text, str) or not text.strip():
             raise CorpusFormatError(path, n, "text", "required; a non-empty string")
+        for key, value in (("id", doc_id), ("text", text)):
+            if problem := text_problem(value):
+                raise CorpusFormatError(path, n, key, problem)
         lang = _opt_str(path, n, obj, "lang")
         group = obj.get("group")
         if group is not None:
@@ -85,6 +89,8 @@ def load_labelled_queries_jsonl(path: str | Path) -> list[LabelledQuery]:
         query = obj.get("query")
         if not isinstance(query, str) or not query.strip():
             raise CorpusFormatError(path, n, "query", "required; a non-empty string")
+        if problem := text_problem(query):
+            raise CorpusFormatError(path, n, "query", problem)
         rel = obj.get("relevant")
         if not isinstance(rel, list) or not rel:
             raise CorpusFormatError(path, n, "relevant", "required; a non-empty list of document ids")

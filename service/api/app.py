@@ -4,13 +4,14 @@ CPU-bound work run in the thread pool, JSON errors, auth, Prometheus metrics."""
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import Response
+from fastapi.responses import PlainTextResponse, Response
 
 from indexes.index import OpenIndex, open_index
 
@@ -20,7 +21,7 @@ from . import errors
 from . import protocol as P
 from .handlers import Handlers
 from .metrics import Metrics, MetricsMiddleware
-from .middleware import GuardMiddleware
+from .middleware import GuardMiddleware, RequestIdMiddleware
 
 log = logging.getLogger("samelang")
 
@@ -62,7 +63,10 @@ def load_components(cfg: ServiceSettings) -> Components:
     else:
         generator = NoGenerator()
     langid = get_identifier(tuple(x.strip() for x in cfg.detect_langs.split(",") if x.strip()))
-    limits = Limits(cfg.max_rerank_documents, cfg.max_document_chars)
+    limits = Limits(
+        cfg.max_rerank_documents, cfg.max_document_chars, cfg.max_diagnose_queries, cfg.max_rerank_pairs,
+        cfg.max_answer_tokens,
+    )  # fmt: skip
     pipeline = Pipeline(
         encoder, index, reranker, generator, langid, limits, SearchParams(cfg.ef_search, cfg.nprobe),
         cfg.pipeline_defaults(),
@@ -114,9 +118,113 @@ def describe(pipeline: Pipeline, cfg: ServiceSettings) -> dict:
             "query_chars": P.MAX_QUERY_CHARS,
             "rerank_documents": pipeline.limits.max_rerank_documents,
             "document_chars": pipeline.limits.max_document_chars,
+            "diagnose_queries": pipeline.limits.max_diagnose_queries,
+            "rerank_pairs": pipeline.limits.max_rerank_pairs,
+            "answer_tokens": pipeline.limits.max_answer_tokens,
+            "request_timeout_s": cfg.request_timeout_s,
             "body_bytes": cfg.max_body_bytes,
         },
     }
+
+
+ERRORS = {
+    400: "malformed JSON or a body that is not UTF-8",
+    401: "missing or wrong API key (when the server has one)",
+    408: "the request body did not arrive in time",
+    413: "body larger than the server's limit",
+    422: "a field breaks a rule or a limit: the detail names the field and the limit",
+    500: "internal error: the detail carries only the request id to look up in the server log",
+}
+WORK_ERRORS = {**ERRORS, 503: "the request's time budget is spent or the server is shutting down"}
+
+
+def _responses(codes: dict[int, str]) -> dict:
+    return {c: {"model": P.ErrorResponse, "description": d} for c, d in codes.items()}
+
+
+async def bounded(request: Request, fn, req):
+    """Run ``fn(req)`` in the thread pool under a :class:`~service.work.Budget`: the request's time
+    budget, cancelled when the client disconnects or the server shuts down; the model loops stop at
+    their next check (see :mod:`service.work`)."""
+    import asyncio
+
+    from ..work import Budget, Cancelled
+
+    state = request.app.state
+    budget = Budget(state.settings.request_timeout_s)
+    state.budgets.add(budget)
+    state.metrics.in_progress.inc()
+    task = asyncio.ensure_future(run_in_threadpool(budget.run, fn, req))
+    task.add_done_callback(lambda t: t.cancelled() or t.exception())  # an abandoned task's end is not an error
+    grace = 2.0  # past the deadline, the answer does not wait for a worker stuck between checks
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=0.1)
+            if done:
+                return task.result()
+            if await request.is_disconnected():
+                budget.cancel("disconnected")
+            if budget.deadline is not None and time.monotonic() > budget.deadline + grace:
+                budget.check()  # raises Cancelled("deadline"); the worker stops at its next check
+    except Cancelled as e:
+        state.metrics.cancelled.labels(e.reason).inc()
+        raise
+    except asyncio.CancelledError:  # the server is stopping this request (graceful shutdown ran out)
+        budget.cancel("shutdown")
+        raise
+    finally:
+        if task.done():
+            state.metrics.in_progress.dec()
+        else:  # the worker thread still runs until its next check: count it until then
+            task.add_done_callback(lambda _: state.metrics.in_progress.dec())
+        state.budgets.discard(budget)
+
+
+def swap_index(app: FastAPI, index: OpenIndex) -> None:
+    """Serve ``index`` from the next request on; requests in flight finish on the pipeline they
+    started with, and the old index is closed when the last of them lets go of it. One assignment
+    (the handlers, which every route reads) switches everything at once."""
+    pipeline = app.state.handlers.pipeline.replace(index=index)
+    app.state.handlers = Handlers(pipeline)
+    app.state.components = Components(pipeline, app.state.components.info)
+    log.info("samelang: serving index generation %s (%d documents)", index.generation, index.size)
+
+
+_RELOAD = threading.Lock()
+
+
+def reload_index(app: FastAPI) -> bool:
+    """Open the index's live generation if it is not the one served (another generation, or the
+    folder rebuilt: another build id); True when it swapped. One reload at a time."""
+    from indexes.index import live_identity
+
+    with _RELOAD:
+        pipeline = app.state.handlers.pipeline
+        if live_identity(pipeline.index.path) == pipeline.index.identity:
+            return False
+        index = open_index(pipeline.index.path, pipeline.encoder.info, use_gpu=app.state.settings.use_gpu_index)
+        if index.identity == pipeline.index.identity:
+            index.close()
+            return False
+        swap_index(app, index)
+        return True
+
+
+async def watch_index(app: FastAPI, every_s: float) -> None:
+    """Poll the index's ``CURRENT`` and swap in a new generation (``samelang index add``)."""
+    import asyncio
+
+    failed: str | None = None
+    while True:
+        await asyncio.sleep(every_s)
+        try:
+            await run_in_threadpool(reload_index, app)
+            failed = None
+        except Exception as e:  # noqa: BLE001 - a half-written or broken index must not stop the server
+            if str(e) != failed:  # once per distinct failure, not every poll
+                failed = str(e)
+                log.exception("samelang: could not reload the index; still serving generation %s",
+                              app.state.handlers.pipeline.index.generation)  # fmt: skip
 
 
 def _router() -> APIRouter:
@@ -125,25 +233,30 @@ def _router() -> APIRouter:
     def handle(request: Request) -> Handlers:
         return request.app.state.handlers
 
-    @r.post("/search", response_model=P.SearchResponse, responses={422: {"model": P.ErrorResponse}})
+    @r.post("/search", response_model=P.SearchResponse, responses=_responses(WORK_ERRORS))
     async def search(req: P.SearchRequest, request: Request):
-        return await run_in_threadpool(handle(request).search, req)
+        return await bounded(request, handle(request).search, req)
 
-    @r.post("/rerank", response_model=P.RerankResponse, responses={422: {"model": P.ErrorResponse}})
+    @r.post("/rerank", response_model=P.RerankResponse, responses=_responses(WORK_ERRORS))
     async def rerank(req: P.RerankRequest, request: Request):
-        return await run_in_threadpool(handle(request).rerank, req)
+        return await bounded(request, handle(request).rerank, req)
 
-    @r.post(
-        "/answer",
-        response_model=P.AnswerResponse,
-        responses={422: {"model": P.ErrorResponse}, 503: {"model": P.ErrorResponse}},
-    )
+    @r.post("/answer", response_model=P.AnswerResponse, responses=_responses(
+        {**WORK_ERRORS, 503: "the generator is down (the retrieved passages come with it), the request's time budget "
+                             "is spent, or the server is shutting down"}))  # fmt: skip
     async def answer(req: P.AnswerRequest, request: Request):
-        return await run_in_threadpool(handle(request).answer, req)
+        return await bounded(request, handle(request).answer, req)
 
-    @r.post("/diagnose", response_model=P.DiagnoseResponse, responses={422: {"model": P.ErrorResponse}})
+    @r.post("/diagnose", response_model=P.DiagnoseResponse, responses=_responses(WORK_ERRORS))
     async def diagnose(req: P.DiagnoseRequest, request: Request):
-        return await run_in_threadpool(handle(request).diagnose, req)
+        return await bounded(request, handle(request).diagnose, req)
+
+    @r.post("/admin/reload", responses=_responses(ERRORS))
+    async def admin_reload(request: Request):
+        """Serve the index's newest generation now (the server also polls for it)."""
+        swapped = await run_in_threadpool(reload_index, request.app)
+        idx = handle(request).pipeline.index
+        return {"generation": idx.generation, "documents": idx.size, "reloaded": swapped}
 
     @r.get("/health")
     async def health():
@@ -151,24 +264,44 @@ def _router() -> APIRouter:
 
     @r.get("/ready")
     async def ready(request: Request):
-        comps = getattr(request.app.state, "components", None)
-        if comps is None:
-            return Response(
-                '{"error": "not_ready", "detail": "models are loading"}', 503, media_type="application/json"
-            )
-        return {"status": "ready", "documents": comps.pipeline.index.size}
+        """Readiness probe (the server accepts connections only once the models are loaded); needs no
+        API key: it reveals only the document count."""
+        return {"status": "ready", "documents": handle(request).pipeline.index.size}
 
-    @r.get("/info")
+    @r.get("/info", responses=_responses({401: ERRORS[401]}))
     async def info(request: Request):
-        comps = request.app.state.components
-        return {**describe(comps.pipeline, request.app.state.settings), **comps.info}
+        return {**describe(handle(request).pipeline, request.app.state.settings), **request.app.state.components.info}
 
-    @r.get("/metrics")
+    @r.get("/metrics", response_class=PlainTextResponse, responses=_responses({401: ERRORS[401]}))
     async def metrics(request: Request):
         body, ctype = request.app.state.metrics.render()
         return Response(body, media_type=ctype)
 
     return r
+
+
+def _openapi_with_limits(app: FastAPI, cfg: ServiceSettings):
+    """The schema with this server's configured limits where the protocol has only the ceilings."""
+    from fastapi.openapi.utils import get_openapi
+
+    def openapi():
+        if app.openapi_schema is None:
+            schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+            props = schema["components"]["schemas"]["RerankRequest"]["properties"]
+            props["documents"]["maxItems"] = min(cfg.max_rerank_documents, cfg.max_rerank_pairs, P.MAX_DOCUMENTS)
+            for sub in props["documents"]["items"].get("oneOf", []):
+                if sub.get("type") == "string":
+                    sub["maxLength"] = min(cfg.max_document_chars, P.MAX_DOCUMENT_CHARS)
+            doc = schema["components"]["schemas"]["RerankDocument"]["properties"]["text"]
+            doc["maxLength"] = min(cfg.max_document_chars, P.MAX_DOCUMENT_CHARS)
+            diag = schema["components"]["schemas"]["DiagnoseRequest"]["properties"]["queries"]
+            for sub in diag.get("anyOf", [diag]):
+                if sub.get("type") == "array":
+                    sub["maxItems"] = min(cfg.max_diagnose_queries, P.MAX_DIAGNOSE_QUERIES)
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    return openapi
 
 
 @contextmanager
@@ -204,12 +337,21 @@ def create_app(cfg: ServiceSettings | None = None, components: Components | None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        import asyncio
+
         if getattr(app.state, "components", None) is None:
             app.state.components = await run_in_threadpool(load_components, cfg)
             log.info("samelang ready: %d documents", app.state.components.pipeline.index.size)
         install_micro_batching(app.state.components.pipeline, cfg, app.state.metrics)
         app.state.handlers = Handlers(app.state.components.pipeline)
-        yield
+        watcher = asyncio.ensure_future(watch_index(app, cfg.index_reload_s)) if cfg.index_reload_s > 0 else None
+        try:
+            yield
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+            for budget in list(app.state.budgets):  # work still running stops at its next check
+                budget.cancel("shutdown")
 
     app = FastAPI(
         title="samelang",
@@ -220,8 +362,13 @@ def create_app(cfg: ServiceSettings | None = None, components: Components | None
     app.state.components = components
     app.state.metrics = Metrics()
     app.state.settings = cfg
+    app.state.budgets = set()
+    app.openapi = _openapi_with_limits(app, cfg)
     errors.install(app)
     app.include_router(_router())
-    app.add_middleware(GuardMiddleware, max_body_bytes=cfg.max_body_bytes, api_key=cfg.api_key)
+    app.add_middleware(
+        GuardMiddleware, max_body_bytes=cfg.max_body_bytes, api_key=cfg.api_key, body_timeout_s=cfg.body_timeout_s
+    )
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
+    app.add_middleware(RequestIdMiddleware)
     return app

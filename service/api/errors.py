@@ -1,6 +1,9 @@
-"""Every 4xx/5xx is JSON ``{error, detail}``; validation errors name the field and the limit."""
+"""Every 4xx/5xx is JSON ``{error, detail, request_id}``; validation errors name the field and the
+limit; a 500 says nothing about the failure but the request id under which the log has it."""
 
 from __future__ import annotations
+
+import logging
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -8,14 +11,34 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..errors import AnswerUnavailable, BadRequest
+from ..work import Cancelled
+
+log = logging.getLogger("samelang")
+CLIENT_CLOSED = 499  # nginx's "client closed request": counted apart from server errors
 
 
-def error_response(status: int, error: str, detail: str, **extra) -> JSONResponse:
-    return JSONResponse({"error": error, "detail": detail, **extra}, status_code=status)
+def request_id(request: Request) -> str | None:
+    return request.scope.get("samelang_request_id")
+
+
+class AsciiJSONResponse(JSONResponse):
+    """JSON with every non-ASCII character escaped: an error that quotes the client's input can
+    never fail to encode (a lone surrogate would, in UTF-8)."""
+
+    def render(self, content) -> bytes:
+        import json
+
+        return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+
+
+def error_response(status: int, error: str, detail: str, request: Request | None = None, **extra) -> JSONResponse:
+    rid = request_id(request) if request is not None else None
+    return AsciiJSONResponse({"error": error, "detail": detail, "request_id": rid, **extra}, status_code=status)
 
 
 def _field(loc) -> str:
-    parts = [str(p) for p in loc if p not in ("body",)]
+    # "object": the tag of {id, text} documents; a field name may hold a lone surrogate: escape it
+    parts = [str(p).encode("utf-8", "backslashreplace").decode() for p in loc if p not in ("body", "object")]
     out = ""
     for p in parts:
         out += f"[{p}]" if p.isdigit() else (f".{p}" if out else p)
@@ -29,32 +52,51 @@ def install(app: FastAPI) -> None:
         if any(e.get("type") == "json_invalid" for e in errors):
             e = next(e for e in errors if e.get("type") == "json_invalid")
             return error_response(
-                400, "malformed_json", f"request body is not valid JSON: {e.get('ctx', {}).get('error', e.get('msg'))}"
+                400,
+                "malformed_json",
+                f"request body is not valid JSON: {e.get('ctx', {}).get('error', e.get('msg'))}",
+                request,
             )
         msgs = []
         for e in errors:
             msg = e["msg"].removeprefix("Value error, ")
             msgs.append(f"{_field(e['loc'])}: {msg}")
-        return error_response(422, "invalid_request", "; ".join(msgs))
+        return error_response(422, "invalid_request", "; ".join(msgs), request)
 
     @app.exception_handler(BadRequest)
     async def _bad(request: Request, exc: BadRequest):
-        return error_response(422, "invalid_request", str(exc))
+        return error_response(422, "invalid_request", str(exc), request)
+
+    @app.exception_handler(Cancelled)
+    async def _cancelled(request: Request, exc: Cancelled):
+        if exc.reason == "disconnected":  # nobody reads this; the metrics count it apart from 5xx
+            return error_response(CLIENT_CLOSED, "client_closed_request", str(exc), request)
+        name = "time_budget_exceeded" if exc.reason == "deadline" else "shutting_down"
+        return error_response(503, name, str(exc), request)
 
     @app.exception_handler(AnswerUnavailable)
     async def _unavailable(request: Request, exc: AnswerUnavailable):
         from .handlers import cited
 
         passages = [p.model_dump() for p in cited(exc.hits)]
-        return error_response(503, "generator_unavailable", str(exc), passages=passages)
+        return error_response(503, "generator_unavailable", str(exc), request, passages=passages)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException):
         names = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
-        resp = error_response(exc.status_code, names.get(exc.status_code, "http_error"), str(exc.detail))
+        resp = error_response(exc.status_code, names.get(exc.status_code, "http_error"), str(exc.detail), request)
         resp.headers.update(getattr(exc, "headers", None) or {})
         return resp
 
     @app.exception_handler(Exception)
-    async def _internal(request: Request, exc: Exception):  # pragma: no cover - last resort
-        return error_response(500, "internal_error", f"{type(exc).__name__}: {exc}")
+    async def _internal(request: Request, exc: Exception):
+        """Last resort: the log gets the traceback, the client the request id and a closed connection."""
+        rid = request_id(request)
+        log.error("samelang: internal error in request %s (%s %s)", rid, request.method, request.url.path,
+                  exc_info=exc)  # fmt: skip
+        resp = error_response(500, "internal_error", f"internal error; the server log has it under request id {rid}",
+                              request)  # fmt: skip
+        resp.headers["connection"] = "close"
+        if rid:
+            resp.headers["x-request-id"] = rid
+        return resp

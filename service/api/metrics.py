@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 
 class Metrics:
@@ -35,6 +35,16 @@ class Metrics:
             buckets=(1, 2, 4, 8, 16, 32, 64),
         )
 
+        self.cancelled = Counter(
+            "samelang_work_cancelled",
+            "requests whose model work was stopped (deadline, disconnected, shutdown)",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.in_progress = Gauge(
+            "samelang_work_in_progress", "requests whose model work is running now", registry=self.registry
+        )
+
     def render(self) -> tuple[bytes, str]:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
 
@@ -46,7 +56,7 @@ class MetricsMiddleware:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        start, status = time.perf_counter(), [500]
+        start, status = time.perf_counter(), [None]
 
         async def send_wrapper(msg):
             if msg["type"] == "http.response.start":
@@ -55,6 +65,11 @@ class MetricsMiddleware:
 
         try:
             await self.app(scope, receive, send_wrapper)
+            if status[0] is None:  # the app returned without answering: the client had gone
+                status[0] = 499
+        except BaseException:
+            status[0] = status[0] or 500
+            raise
         finally:
             route = scope.get("route")
             path = getattr(route, "path", None) or "unmatched"

@@ -2,15 +2,42 @@
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
+import re
+import uuid
 
 JSON_ROUTES_METHODS = {"POST", "PUT", "PATCH"}
-OPEN_PATHS = {"/health"}
+OPEN_PATHS = {"/health", "/ready"}  # probes: no secret needed, nothing secret returned
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 
-async def _send_error(send, status: int, error: str, detail: str, headers=()) -> None:
-    body = json.dumps({"error": error, "detail": detail}).encode()
+class RequestIdMiddleware:
+    """Give every request an id (the client's ``X-Request-ID`` when well-formed), echo it in the
+    response header; error bodies and the log carry it too."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        given = dict(scope.get("headers") or []).get(b"x-request-id", b"").decode("latin-1")
+        rid = given if _REQUEST_ID.match(given) else uuid.uuid4().hex
+        scope["samelang_request_id"] = rid
+
+        async def send_with_id(msg):
+            if msg["type"] == "http.response.start":
+                msg = {**msg, "headers": [*msg.get("headers", []), (b"x-request-id", rid.encode())]}
+            await send(msg)
+
+        return await self.app(scope, receive, send_with_id)
+
+
+async def _send_error(send, status: int, error: str, detail: str, headers=(), scope=None) -> None:
+    rid = (scope or {}).get("samelang_request_id")
+    body = json.dumps({"error": error, "detail": detail, "request_id": rid}).encode()
     await send(
         {
             "type": "http.response.start",
@@ -25,8 +52,8 @@ class GuardMiddleware:
     """Reject oversized or non-UTF-8 bodies (413 / 400) and missing API keys (401)
     before the app reads anything, so bad input never reaches a model."""
 
-    def __init__(self, app, max_body_bytes: int, api_key: str | None):
-        self.app, self.max_body, self.api_key = app, max_body_bytes, api_key
+    def __init__(self, app, max_body_bytes: int, api_key: str | None, body_timeout_s: float = 15.0):
+        self.app, self.max_body, self.api_key, self.body_timeout = app, max_body_bytes, api_key, body_timeout_s
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -42,23 +69,34 @@ class GuardMiddleware:
                     "unauthorized",
                     "missing or wrong API key: send 'Authorization: Bearer <key>'",
                     [(b"www-authenticate", b"Bearer")],
+                    scope,
                 )
         if scope["method"] not in JSON_ROUTES_METHODS:
             return await self.app(scope, receive, send)
         declared = headers.get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_body:
             return await _send_error(
-                send, 413, "payload_too_large", f"body: {int(declared)} bytes, at most {self.max_body} bytes"
+                send, 413, "payload_too_large", f"body: {int(declared)} bytes, at most {self.max_body} bytes", (), scope
             )
         chunks, size = [], 0
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.body_timeout
         while True:
-            msg = await receive()
+            try:  # a body that trickles in (or never ends) must not hold a worker forever
+                msg = await asyncio.wait_for(receive(), timeout=max(0.0, deadline - loop.time()))
+            except TimeoutError:
+                return await _send_error(
+                    send, 408, "request_timeout", f"body: not received within {self.body_timeout:g} s",
+                    [(b"connection", b"close")], scope,
+                )  # fmt: skip
             if msg["type"] == "http.disconnect":
                 return
             chunk = msg.get("body", b"")
             size += len(chunk)
             if size > self.max_body:
-                return await _send_error(send, 413, "payload_too_large", f"body: more than {self.max_body} bytes")
+                return await _send_error(
+                    send, 413, "payload_too_large", f"body: more than {self.max_body} bytes", (), scope
+                )
             chunks.append(chunk)
             if not msg.get("more_body"):
                 break
@@ -67,7 +105,7 @@ class GuardMiddleware:
             body.decode("utf-8")
         except UnicodeDecodeError as e:
             return await _send_error(
-                send, 400, "invalid_encoding", f"body: not UTF-8 (byte {e.start}): send UTF-8 JSON"
+                send, 400, "invalid_encoding", f"body: not UTF-8 (byte {e.start}): send UTF-8 JSON", (), scope
             )
         done = False
 

@@ -4,18 +4,45 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Strict,
+    Tag,
+    WithJsonSchema,
+    model_validator,
+)
 
+from indexes.corpora import XQUAD_LANGS
 from indexes.langid import supported_languages
+from indexes.text import text_problem
 
 MAX_QUERY_CHARS = 2000
+MAX_ID_CHARS = 512
+MAX_DOCUMENTS = 100  # hard ceiling of /rerank documents; the server's --max-rerank-documents may be lower
+MAX_DOCUMENT_CHARS = 20000  # likewise for --max-document-chars
+MAX_DIAGNOSE_QUERIES = 1000  # likewise for --max-diagnose-queries
 _LANGS = frozenset(supported_languages())
+# what a client must send: text with something visible in it (the server also refuses lone surrogates
+# and zero-width-only text, which a pattern cannot express)
+_VISIBLE = r"\S"
+
+
+def _text(v: str) -> str:
+    if not v.strip():
+        raise ValueError("must not be empty or only whitespace")
+    if problem := text_problem(v):
+        raise ValueError(problem)
+    return v
 
 
 def _query(v: str) -> str:
     if not v.strip():
         raise ValueError("must not be empty or only whitespace")
-    return v.strip()
+    return _text(v).strip()
 
 
 def _lang(v: str | None) -> str | None:
@@ -27,8 +54,20 @@ def _lang(v: str | None) -> str | None:
     return code
 
 
-Query = Annotated[str, Field(max_length=MAX_QUERY_CHARS), AfterValidator(_query)]
-Lang = Annotated[str, AfterValidator(_lang)]
+# the schema states minLength / pattern; the validators give the clearer messages
+_SCHEMA_TEXT = {"minLength": 1, "pattern": _VISIBLE}
+Query = Annotated[str, Field(max_length=MAX_QUERY_CHARS, json_schema_extra=_SCHEMA_TEXT), AfterValidator(_query)]
+Text = Annotated[str, Field(json_schema_extra=_SCHEMA_TEXT), AfterValidator(_text)]
+DocId = Annotated[str, Field(max_length=MAX_ID_CHARS, json_schema_extra=_SCHEMA_TEXT), AfterValidator(_text)]
+# codes are matched case-insensitively; the schema lists the canonical lower-case ones
+Lang = Annotated[
+    str,
+    AfterValidator(_lang),
+    WithJsonSchema({"type": "string", "enum": sorted(_LANGS), "description": "ISO 639-1 language code"}),
+]
+# JSON numbers and booleans only: no "3" for 3, no true for 1
+Int = Annotated[int, Strict()]
+Bool = Annotated[bool, Strict()]
 
 
 class _Strict(BaseModel):
@@ -58,8 +97,8 @@ LanguagePreference = Annotated[
 class _Retrieval(_Strict):
     """Options shared by /search and /answer (``None``: the server's default, see /info)."""
 
-    rerank: bool | None = Field(None, description="rerank the candidates (default: the server's choice, see /info)")
-    group_candidates: bool | None = Field(
+    rerank: Bool | None = Field(None, description="rerank the candidates (default: the server's choice, see /info)")
+    group_candidates: Bool | None = Field(
         None, description="one candidate per parallel group, in the preferred language (default: the server's choice)"
     )
     language_preference: LanguagePreference = "reader"
@@ -67,12 +106,12 @@ class _Retrieval(_Strict):
 
 class SearchRequest(_Retrieval):
     query: Query = Field(..., description="the question, in any language")
-    k: int = Field(10, ge=1, le=1000, description="number of hits")
+    k: Int = Field(10, ge=1, le=1000, description="number of hits")
     lang: Lang | None = Field(None, description="query language (ISO 639-1); detected when absent")
     langs: list[Lang] | None = Field(
         None, min_length=1, max_length=100, description="restrict to these document languages"
     )
-    rerank_k: int | None = Field(None, ge=1, le=100, description="candidates reranked (default: the server's)")
+    rerank_k: Int | None = Field(None, ge=1, le=100, description="candidates reranked (default: the server's)")
 
 
 class Version(BaseModel):
@@ -106,17 +145,23 @@ class SearchResponse(BaseModel):
 
 
 class RerankDocument(_Strict):
-    id: str | None = None
-    text: str
+    id: DocId | None = None
+    text: Annotated[Text, Field(max_length=MAX_DOCUMENT_CHARS)]
     lang: Lang | None = None
 
 
 class RerankRequest(_Strict):
     query: Query = Field(...)
-    documents: list[str | RerankDocument] = Field(..., min_length=1)
-    top_n: int | None = Field(None, ge=1)
-    return_documents: bool = False
-    lang: Lang | None = None
+    documents: list[
+        Annotated[
+            Annotated[Annotated[Text, Field(max_length=MAX_DOCUMENT_CHARS)], Tag("text")]
+            | Annotated[RerankDocument, Tag("object")],
+            # a string is the document's text; an error in it is reported as documents[i].text
+            Discriminator(lambda v: "text" if isinstance(v, str) else "object"),
+        ]
+    ] = Field(..., min_length=1, max_length=MAX_DOCUMENTS, description="texts, or {id?, text, lang?} objects")
+    top_n: Int | None = Field(None, ge=1, le=MAX_DOCUMENTS)
+    return_documents: Bool = False
 
     def normalised_documents(self) -> list[RerankDocument]:
         return [RerankDocument(text=d) if isinstance(d, str) else d for d in self.documents]
@@ -138,12 +183,12 @@ class RerankResponse(BaseModel):
 class AnswerRequest(_Retrieval):
     query: Query = Field(...)
     lang: Lang | None = None
-    k: int = Field(20, ge=1, le=100, description="candidates retrieved")
-    rerank_k: int | None = Field(
+    k: Int = Field(20, ge=1, le=100, description="candidates retrieved")
+    rerank_k: Int | None = Field(
         None, ge=1, le=100, description="candidates reranked (<= k; default: the server's, capped at k)"
     )
-    passages: int = Field(2, ge=1, le=10, description="passages given to the generator")
-    max_tokens: int = Field(48, ge=1, le=512)
+    passages: Int = Field(2, ge=1, le=10, description="passages given to the generator")
+    max_tokens: Int = Field(48, ge=1, le=512, description="tokens generated at most; passages x max_tokens is capped")
 
     @model_validator(mode="after")
     def _bounds(self):
@@ -173,19 +218,23 @@ class AnswerResponse(BaseModel):
 class LabelledQueryIn(_Strict):
     query: Query = Field(...)
     lang: Lang | None = None
-    relevant: list[str] = Field(..., min_length=1, max_length=1000)
+    relevant: list[DocId] = Field(..., min_length=1, max_length=1000)
 
 
 class DiagnoseRequest(_Retrieval):
-    queries: list[LabelledQueryIn] | None = Field(None, min_length=1, max_length=5000)
+    queries: list[LabelledQueryIn] | None = Field(None, min_length=1, max_length=MAX_DIAGNOSE_QUERIES)
     dataset: Literal["xquad"] | None = None
     split: Literal["train", "test", "all"] = "test"
-    pair: str | None = Field(None, description="e.g. 'en-zh': queries in both languages, pool = the index")
-    k: int | None = Field(None, ge=1, le=10000, description="ranking depth (default: the whole index, up to 10000)")
-    rerank: bool | None = Field(
+    pair: str | None = Field(
+        None,
+        pattern=r"^\s*[A-Za-z]{2}-[A-Za-z]{2}\s*$",
+        description=f"e.g. 'en-zh': queries in both languages, pool = the index; XQuAD has {', '.join(XQUAD_LANGS)}",
+    )
+    k: Int | None = Field(None, ge=1, le=10000, description="ranking depth (default: the whole index, up to 10000)")
+    rerank: Bool | None = Field(
         None, description="rerank each list's head as /search does (default: what /search does by default, see /info)"
     )
-    rerank_k: int | None = Field(None, ge=1, le=100, description="candidates reranked (default: the server's)")
+    rerank_k: Int | None = Field(None, ge=1, le=100, description="candidates reranked (default: the server's)")
 
     @model_validator(mode="after")
     def _one_source(self):
@@ -194,8 +243,16 @@ class DiagnoseRequest(_Retrieval):
         if self.dataset is not None:
             if not self.pair or self.pair.count("-") != 1:
                 raise ValueError("'pair' is required with 'dataset', as two language codes like 'en-zh'")
-            for code in self.pair.split("-"):
-                _lang(code)
+            codes = [c.strip().lower() for c in self.pair.split("-")]
+            missing = [c for c in codes if c not in XQUAD_LANGS]
+            if missing:
+                raise ValueError(
+                    f"pair: XQuAD has no {', '.join(repr(c) for c in missing)}; its languages are "
+                    f"{', '.join(XQUAD_LANGS)}"
+                )
+            if codes[0] == codes[1]:
+                raise ValueError(f"pair: two different languages, got {self.pair!r}")
+            self.pair = "-".join(codes)
         return self
 
 
@@ -234,4 +291,5 @@ class DiagnoseResponse(BaseModel):
 class ErrorResponse(BaseModel):
     error: str
     detail: str
+    request_id: str | None = None
     passages: list[CitedPassage] | None = None

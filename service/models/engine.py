@@ -38,6 +38,8 @@ from tqdm.auto import tqdm
 
 from indexes.atomic import atomic_dir
 
+from .. import work
+
 log = logging.getLogger("samelang")
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16", "int8")
@@ -366,6 +368,7 @@ class InferenceEngine:
         out: np.ndarray | None = None
         bar = tqdm(total=len(inputs), desc=f"{self.kind} ({self.precision})", unit="input", disable=not progress)
         for batch, input_ids, mask in self.padded_batches(inputs):
+            work.check()  # a request whose budget is spent stops here, between batches
             y = np.asarray(self.backend(input_ids, mask), dtype=np.float32)
             if out is None:
                 out = np.zeros((len(inputs), y.shape[1]), dtype=np.float32)

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import httpx
 
+from .. import work
+
 
 class GeneratorUnavailable(RuntimeError):
     """The generator is down, timed out or answered with an error."""
@@ -52,12 +54,34 @@ class TransformersGenerator:
 
     def generate(self, prompt: str, max_tokens: int) -> str:
         import torch
+        from transformers import StoppingCriteria
+
+        budget = work.current()
+
+        class _Budget(StoppingCriteria):  # checked after every generated token
+            def __call__(self, input_ids, scores, **kwargs):
+                stop = budget is not None and (budget.cancelled or budget.remaining() == 0)
+                return torch.full((input_ids.shape[0],), stop, dtype=torch.bool, device=input_ids.device)
 
         inputs = self.tokenizer(prompt, return_tensors="pt").to(self.device)
-        with self._lock, torch.inference_mode():
+        while not self._lock.acquire(timeout=0.1):  # queued behind another answer: still cancellable
+            work.check()
+        try:
+            return self._generate(inputs, max_tokens, _Budget)
+        finally:
+            self._lock.release()
+
+    def _generate(self, inputs, max_tokens: int, criterion) -> str:
+        import torch
+        from transformers import StoppingCriteriaList
+
+        with torch.inference_mode():
+            work.check()
             out = self.model.generate(
-                **inputs, max_new_tokens=max_tokens, do_sample=False, pad_token_id=self.tokenizer.pad_token_id
-            )
+                **inputs, max_new_tokens=max_tokens, do_sample=False, pad_token_id=self.tokenizer.pad_token_id,
+                stopping_criteria=StoppingCriteriaList([criterion()]),
+            )  # fmt: skip
+        work.check()  # stopped by the budget: the request is over, not answered with a cut-off text
         text = self.tokenizer.decode(out[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
         return _cut_at_stop(text, STOPS)
 
@@ -86,6 +110,7 @@ class OpenAIGenerator:
         self.retries = retries
         self.backoff = backoff
         self.name = f"openai:{model}"
+        self.timeout = timeout
         self._client = httpx.Client(base_url=self.base_url, timeout=timeout, headers=headers, transport=transport)
 
     def generate(self, prompt: str, max_tokens: int) -> str:
@@ -93,7 +118,8 @@ class OpenAIGenerator:
         last: Exception | None = None
         for attempt in range(self.retries + 1):
             try:
-                r = self._client.post("/v1/completions", json=body)
+                work.check()
+                r = self._client.post("/v1/completions", json=body, timeout=work.remaining(self.timeout))
                 if r.status_code >= 500:
                     raise GeneratorUnavailable(f"{self.base_url} answered {r.status_code}: {r.text[:200]}")
                 if r.status_code >= 400:  # our request is wrong: retrying will not help
@@ -106,7 +132,7 @@ class OpenAIGenerator:
             except (httpx.HTTPError, KeyError, IndexError, ValueError) as e:
                 last = e
             if attempt < self.retries:
-                time.sleep(self.backoff * 2**attempt)
+                time.sleep(min(self.backoff * 2**attempt, work.remaining(self.backoff * 2**attempt)))
         raise GeneratorUnavailable(
             f"generator at {self.base_url} unavailable after {self.retries + 1} attempts: {last}"
         ) from last

@@ -138,3 +138,21 @@ def test_labelled_queries_jsonl(tmp_path):
     f.write_text('{"query": " where? ", "lang": "zh", "relevant": ["a", 2]}\n')
     (q,) = load_labelled_queries_jsonl(f)
     assert (q.query, q.lang, q.relevant) == ("where?", "zh", ("a", "2"))
+
+
+@pytest.mark.parametrize(
+    "line, field, words",
+    [
+        ('{"id": "a", "text": "\\u200b\\u200c"}', "text", "visible characters"),
+        ('{"id": "a", "text": "ok \\ud800"}', "text", "lone UTF-16 surrogate"),
+        ('{"id": "\\u2060", "text": "ok"}', "id", "visible characters"),
+    ],
+)
+def test_jsonl_refuses_text_a_model_cannot_use(tmp_path, line, field, words):
+    from indexes.corpora.jsonl import CorpusFormatError, load_documents_jsonl
+
+    f = tmp_path / "c.jsonl"
+    f.write_text(line + "\n")
+    with pytest.raises(CorpusFormatError, match=words) as e:
+        load_documents_jsonl(f)
+    assert e.value.field == field and e.value.line == 1

@@ -171,3 +171,47 @@ def test_gpu_path_is_selected_only_when_gpus_exist(tmp_path, encoder, docs):
     same, on_gpu = to_gpu_if_available(idx.faiss_index, use_gpu=False)
     assert same is idx.faiss_index and on_gpu is False
     idx.close()
+
+
+def _jsonl(path: Path, docs) -> Path:
+    path.write_text("".join(json.dumps({"id": d.id, "text": d.text, "lang": d.lang}) + "\n" for d in docs))
+    return path
+
+
+def test_two_concurrent_index_add_processes_keep_both_sets(tmp_path, encoder, docs, samelang_home):
+    """Two real `samelang index add` runs at once on one index: the writer lock makes them take
+    turns; both exit 0 and every document of both is there afterwards."""
+    out = tmp_path / "idx"
+    build_index(out, docs[:10], encoder.encode_passages, encoder.info)
+    a = _jsonl(tmp_path / "a.jsonl", docs[10:20])
+    b = _jsonl(tmp_path / "b.jsonl", docs[30:40])
+    env = {**os.environ, "SAMELANG_HOME": str(samelang_home)}
+    cmd = [sys.executable, "-m", "samelang", "index", "add", str(out), "--model", str(encoder.path), "--input"]
+    procs = [subprocess.Popen([*cmd, str(f)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for f in (a, b)]  # fmt: skip
+    results = [p.communicate(timeout=600) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], results
+    gens = sorted(json.loads(o.strip().splitlines()[-1])["generation"] for o, _ in results)
+    assert gens == [2, 3]  # one after the other, never both on generation 1
+    idx = open_index(out, encoder.info)
+    ids = set(idx.docs.rows_for_ids([d.id for d in docs[:40]]))
+    assert ids == {d.id for d in docs[:20]} | {d.id for d in docs[30:40]} and idx.size == 30
+    idx.close()
+
+
+def test_writer_lock_and_readers(tmp_path, encoder, docs):
+    from indexes.index import IndexBusy, writer_lock
+
+    out = tmp_path / "idx"
+    build_index(out, docs[:5], encoder.encode_passages, encoder.info)
+    with writer_lock(out):  # another writer holds the index: one that will not wait is told so
+        with pytest.raises(IndexBusy, match="another process is writing"):
+            add_documents(out, docs[5:6], encoder.encode_passages, encoder.info, wait=False)
+    reader = open_index(out, encoder.info)  # a server on generation 1
+    add_documents(out, docs[5:6], encoder.encode_passages, encoder.info)
+    assert (out / "gen-000001").exists()  # still read: kept
+    assert len(reader.docs.get_rows([0, 1, 2])) == 3
+    reader.close()
+    add_documents(out, docs[6:7], encoder.encode_passages, encoder.info)
+    assert sorted(p.name for p in out.glob("gen-*")) == ["gen-000003"]  # unread generations are removed
+    assert open_index(out, encoder.info).size == 7
