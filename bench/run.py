@@ -146,10 +146,10 @@ def bench_embed(cfg: BenchConfig) -> str:
 
 def bench_rerank(cfg: BenchConfig) -> str:
     from service.models.engine import EngineOptions, resolve
-    from service.models.registry import default_reranker
+    from service.models.registry import default_cross_encoder
     from service.models.reranker import CrossEncoderReranker
 
-    path = default_reranker(None)
+    path = default_cross_encoder()
     if path is None:
         return "(no cross-encoder in models/: skipped)"
     x = load_xquad(["en"], split="test")

@@ -63,8 +63,8 @@ step serve-components env SAMELANG_DEVICE="$DEVICE" SAMELANG_PRECISION="$SERVE_P
   SAMELANG_INDEX="$OUT/index" SAMELANG_MODEL="$OUT/biencoder" SAMELANG_RERANKER="$OUT/reranker-stage2" \
   SAMELANG_GENERATOR=none python - <<'PY'
 import statistics, time
-from service.api import protocol as P
 from service.api.app import describe, load_components
+from service.pipeline import SearchOptions
 from service.config import ServiceSettings
 from indexes.corpora import load_xquad
 
@@ -81,7 +81,8 @@ def median_ms(fn):
     for i in range(20):
         t0 = time.perf_counter(); fn(i); ts.append(time.perf_counter() - t0)
     return 1000 * statistics.median(ts)
-print(f"/search p50 {median_ms(lambda i: pipe.search(P.SearchRequest(query=qs[i], k=10))):.1f} ms (in process)")
+print(f"/search p50 {median_ms(lambda i: pipe.search(qs[i], SearchOptions(k=10))):.1f} ms (in process)")
+print(f"/search rerank 20 p50 {median_ms(lambda i: pipe.search(qs[i], SearchOptions(k=10, rerank=True))):.1f} ms")
 print(f"/rerank 20 paragraphs p50 {median_ms(lambda i: pipe.reranker.score(qs[i], docs)):.1f} ms (in process)")
 PY
 if [ "$DEVICE" = cuda ]; then  # 7,368 texts to embed: seconds on a GPU, ~10 minutes on 2 CPU cores

@@ -227,7 +227,7 @@ def eval_reranker_cmd(
     model: list[Path] = typer.Option(
         None,
         envvar="SAMELANG_RERANKER",
-        help="Cross-encoder folder(s); repeat to compare (e.g. the ablations). Default: the served reranker.",
+        help="Cross-encoder folder(s); repeat to compare (e.g. the ablations). Default: the served one, else LAMAR.",
     ),
     retriever: Path = typer.Option(
         None, envvar="SAMELANG_MODEL", help="Bi-encoder giving the top-20 candidates (default: the served one)."
@@ -261,7 +261,7 @@ def eval_reranker_cmd(
     from service.models.base_model import ensure_base_model
     from service.models.encoder import Encoder, model_fingerprint
     from service.models.engine import EngineOptions
-    from service.models.registry import default_biencoder, default_reranker
+    from service.models.registry import default_biencoder, default_cross_encoder
     from service.models.reranker import CrossEncoderReranker
 
     from .evaluation import reranker as ev
@@ -269,7 +269,7 @@ def eval_reranker_cmd(
 
     cfg = settings(home=home)
     if not model:
-        served = default_reranker(None)
+        served = default_cross_encoder()
         if served is None:
             raise typer.BadParameter(
                 "no reranker in models/: train one (`samelang train reranker`)", param_hint="--model"
@@ -339,7 +339,7 @@ def eval_precision_cmd(
     from service.config import settings
     from service.models.encoder import Encoder, model_fingerprint
     from service.models.engine import EngineOptions, cpu_has_bf16
-    from service.models.registry import default_biencoder, default_reranker
+    from service.models.registry import default_biencoder, default_cross_encoder
     from service.models.reranker import CrossEncoderReranker
 
     from .evaluation import precision as pr
@@ -353,7 +353,7 @@ def eval_precision_cmd(
     precisions = ["fp32", *(precision or alternatives)]
     biencoder = biencoder or default_biencoder(cfg.home)
     skip = reranker is not None and str(reranker).lower() == "none"
-    reranker_path = None if skip else (reranker or default_reranker(None))
+    reranker_path = None if skip else (reranker or default_cross_encoder())
     cpu = pr.cpu_model()
     report, sections = {"cpu": cpu, "biencoder": str(biencoder), "reranker": str(reranker_path)}, {}
 

@@ -74,6 +74,12 @@ def default_reranker(choice: str | Path | None, home: Path | None = None) -> Pat
     return resolve_model(name, home) if home is not None else REPO_MODELS / name
 
 
+def default_cross_encoder() -> Path | None:
+    """The cross-encoder that evaluations and benchmarks of "the reranker" use: the served one when
+    the measured defaults serve one, else the LAMAR reranker the repository ships (if any)."""
+    return default_reranker(None) or (LAMAR_RERANKER if (LAMAR_RERANKER / "adapter_config.json").exists() else None)
+
+
 def default_generator_path(home: Path) -> Path:
     path = generator_dir(home)
     if not (path / "config.json").exists():
@@ -95,8 +101,9 @@ def default_index_path(cfg) -> Path:
     return demo_index_path(cfg.home, cfg.demo_langs, model_fingerprint(model))
 
 
-def ensure_demo_index(home: Path, langs: str, encoder, log=print) -> Path:
-    """Build (once) the bundled demo index: all 240 XQuAD paragraphs per language."""
+def ensure_demo_index(home: Path, langs: str, encoder, log=print, embed=None) -> Path:
+    """Build (once) the bundled demo index: all 240 XQuAD paragraphs per language (``embed``: the
+    passages' vectors when the caller has them already, by the same encoder)."""
     out = demo_index_path(home, langs, encoder.fingerprint)
     try:
         current_generation(out)
@@ -105,5 +112,5 @@ def ensure_demo_index(home: Path, langs: str, encoder, log=print) -> Path:
         pass
     docs = load_xquad(langs, split="all").documents()
     log(f"samelang: building the demo index ({len(docs)} XQuAD paragraphs, {langs}) into {out} ...")
-    build_index(out, docs, encoder.encode_passages, encoder.info, source=f"xquad:{langs}:all")
+    build_index(out, docs, embed or encoder.encode_passages, encoder.info, source=f"xquad:{langs}:all")
     return out

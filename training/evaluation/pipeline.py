@@ -45,7 +45,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from indexes.corpora import XQUAD_LANGS, load_xquad
-from indexes.index import build_index, current_generation, open_index
+from indexes.index import open_index
 from service.metrics import audit as A
 from service.pipeline import Defaults, Limits, Pipeline, SearchOptions
 
@@ -155,22 +155,14 @@ class Row:
 def pool_index(home: Path, encoder, embeddings) -> Path:
     """The 12-language pool index of ``encoder`` (the demo index ``samelang serve --langs`` with
     all 12 languages builds), from the cached XQuAD embeddings of that same encoder."""
-    from service.models.registry import demo_index_path
+    from service.models.registry import ensure_demo_index
 
-    out = demo_index_path(home, ",".join(XQUAD_LANGS), encoder.fingerprint)
-    try:
-        current_generation(out)
-        return out
-    except Exception:
-        pass
-    docs = load_xquad(XQUAD_LANGS, split="all").documents()
     vec = {}
     for lang in XQUAD_LANGS:
         for p, v in zip(load_xquad([lang]).paragraphs, embeddings.passages[lang]):
             vec[p.text] = v
     embed = lambda texts: np.stack([vec[t] for t in texts])  # noqa: E731
-    build_index(out, docs, embed, encoder.info, source=f"xquad:{','.join(XQUAD_LANGS)}:all")
-    return out
+    return ensure_demo_index(home, ",".join(XQUAD_LANGS), encoder, log=lambda m: None, embed=embed)
 
 
 @dataclass
