@@ -87,11 +87,11 @@ def test_score_cache_scores_each_pair_once_and_survives_a_restart(tmp_path):
     a = cache.score("q1", ["a", "bb", "ccc"])
     b = cache.score("q1", ["bb", "dddd"])
     assert model.pairs == 4 and b[0] == a[1]
-    assert cache.score("q2", ["a"])[0] != a[0]  # keyed by the query too
+    assert cache.score("query two", ["a"])[0] != a[0]  # keyed by the query too
     cache.save()
     again = ev.CachedReranker(model, tmp_path / "s.npz")
     np.testing.assert_array_equal(again.score("q1", ["a", "bb", "ccc"]), a)
-    assert model.pairs == 5
+    assert model.pairs == 5  # nothing re-scored after the reload
 
 
 def test_served_defaults_file_drives_the_service(tmp_path, monkeypatch):
