@@ -32,10 +32,15 @@ def metric(c: httpx.Client, name: str, **labels) -> float:
     return 0.0
 
 
+def serve_cmd(port: int, *extra: str) -> list[str]:
+    """`samelang serve` on ``port`` without a generator (the probes need none), plus ``extra`` flags."""
+    return [sys.executable, "-m", "samelang", "serve", "--port", str(port), "--generator", "none", *extra]
+
+
 def main() -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    cmd = [sys.executable, "-m", "samelang", "serve", "--port", str(port), "--generator", "none"]
+    cmd = serve_cmd(port)
     env = {**os.environ, "SAMELANG_MAX_BODY_BYTES": "4000000"}
     rows = []
 
@@ -119,18 +124,7 @@ def main() -> None:
         probe("a body that never completes", slow_body)
 
     keyed_port = free_port()
-    cmd = [
-        sys.executable,
-        "-m",
-        "samelang",
-        "serve",
-        "--port",
-        str(keyed_port),
-        "--generator",
-        "none",
-        "--api-key",
-        "k3y",
-    ]
+    cmd = serve_cmd(keyed_port, "--api-key", "k3y")
     with ServerProcess(
         cmd, f"http://127.0.0.1:{keyed_port}", log.with_name("keyed.log"), env=env, ready_path="/health"
     ):
@@ -175,18 +169,7 @@ def main() -> None:
         probe("two `index add` at once", concurrent_adds)
 
         live_port = free_port()
-        cmd = [
-            sys.executable,
-            "-m",
-            "samelang",
-            "serve",
-            "--port",
-            str(live_port),
-            "--generator",
-            "none",
-            "--index",
-            str(out),
-        ]
+        cmd = serve_cmd(live_port, "--index", str(out))
         with ServerProcess(cmd, f"http://127.0.0.1:{live_port}", log.with_name("live.log"), env=env):
             Path(d, "e.jsonl").write_text(
                 json.dumps({"id": "new", "text": "The Zorblax festival.", "lang": "en"}) + "\n"

@@ -207,6 +207,7 @@ class Pipeline:
         named = [k for k in keys if isinstance(k, str)]
         members = self.index.docs.members_of_groups(named) if named else {}
         allowed = set(langs) if langs else None
+        rank_pref = {lg: i for i, lg in enumerate(prefer)}
         chosen, versions = [], []
         for key in keys:
             retrieved = best[key]
@@ -220,7 +221,6 @@ class Pipeline:
                     break
             if rep is None:
                 rep = retrieved[0][0]
-            rank_pref = {lg: i for i, lg in enumerate(prefer)}
             others = sorted(
                 (m for m in pool if m[0] != rep),
                 key=lambda m: (rank_pref.get(m[2], len(prefer)), -scored.get(m[0], -np.inf), m[0]),
