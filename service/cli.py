@@ -7,7 +7,8 @@ from pathlib import Path
 
 import typer
 
-from .config import settings
+from . import options
+from .config import ServiceSettings, settings
 
 models_app = typer.Typer(help="Prepare the bundled models (no model hub needed).", no_args_is_help=True)
 
@@ -144,48 +145,8 @@ def index_info_cmd(path: Path = typer.Argument(..., help="Index folder.")) -> No
 
 
 # ---------------------------------------------------------------- serve
-def serve(
-    host: str = typer.Option(None, help="[env: SAMELANG_HOST; default 127.0.0.1]", show_default=False),
-    port: int = typer.Option(None, help="[env: SAMELANG_PORT; default 8000]", show_default=False),
-    index: Path = typer.Option(None, help="[env: SAMELANG_INDEX] index folder; default: bundled XQuAD demo"),
-    demo_langs: str = typer.Option(
-        None, "--langs", help="[env: SAMELANG_DEMO_LANGS; default en,zh] demo index languages"
-    ),
-    model: Path = typer.Option(None, help="[env: SAMELANG_MODEL] bi-encoder checkpoint"),
-    reranker: str = typer.Option(
-        None, help="[env: SAMELANG_RERANKER; default: models/serving.json] cross-encoder folder, or 'cosine'"
-    ),
-    rerank: bool = typer.Option(
-        None,
-        "--rerank/--no-rerank",
-        help="[env: SAMELANG_RERANK; default: models/serving.json, on with --reranker] rerank /search and /answer",
-    ),
-    rerank_k: int = typer.Option(None, help="[env: SAMELANG_RERANK_K; default 20] candidates reranked"),
-    group_candidates: bool = typer.Option(
-        None,
-        "--group-candidates/--no-group-candidates",
-        help="[env: SAMELANG_GROUP_CANDIDATES; default: models/serving.json] one candidate per parallel group",
-    ),
-    generator: str = typer.Option(
-        None, help="[env: SAMELANG_GENERATOR; default transformers] transformers|openai|none"
-    ),
-    openai_url: str = typer.Option(None, help="[env: SAMELANG_OPENAI_URL] OpenAI-compatible server"),
-    openai_model: str = typer.Option(None, help="[env: SAMELANG_OPENAI_MODEL]"),
-    api_key: str = typer.Option(None, help="[env: SAMELANG_API_KEY] require Bearer auth"),
-    device: str = typer.Option(None, help="[env: SAMELANG_DEVICE; default auto] cpu|cuda|auto"),
-    ef_search: int = typer.Option(None, help="[env: SAMELANG_EF_SEARCH] HNSW search depth"),
-    nprobe: int = typer.Option(None, help="[env: SAMELANG_NPROBE] IVF lists probed"),
-    precision: str = typer.Option(None, help=PRECISION_HELP),
-    backend: str = typer.Option(None, help="[env: SAMELANG_BACKEND; default auto] auto|torch|onnx"),
-    threads: int = typer.Option(None, help="[env: SAMELANG_THREADS] intra-op threads (default: all cores)"),
-    max_batch_tokens: int = typer.Option(None, help="[env: SAMELANG_MAX_BATCH_TOKENS; default 1024]"),
-    micro_batching: bool = typer.Option(
-        None, "--micro-batching/--no-micro-batching", help="[env: SAMELANG_MICRO_BATCHING; default on]"
-    ),
-    batch_wait_ms: float = typer.Option(None, help="[env: SAMELANG_BATCH_WAIT_MS; default 2] micro-batch window"),
-    max_batch_items: int = typer.Option(None, help="[env: SAMELANG_MAX_BATCH_ITEMS; default 64]"),
-    home: Path = typer.Option(None, help=HOME_HELP, show_default=False),
-) -> None:
+@options.command(ServiceSettings)
+def serve(cfg: ServiceSettings) -> None:
     """Serve the API: prepares the models and the demo index on first run (cached)."""
     import logging
     import math
@@ -193,18 +154,10 @@ def serve(
     import uvicorn
 
     from .api.app import create_app
-    from .config import ServiceSettings
     from .models.encoder import Encoder
     from .models.generator import prepare_generator
     from .models.registry import default_biencoder, ensure_demo_index
 
-    flags = dict(host=host, port=port, index=index, demo_langs=demo_langs, model=model, reranker=reranker,
-                 rerank=rerank, rerank_k=rerank_k, group_candidates=group_candidates,
-                 generator=generator, openai_url=openai_url, openai_model=openai_model, api_key=api_key,
-                 device=device, ef_search=ef_search, nprobe=nprobe, home=home, precision=precision,
-                 backend=backend, threads=threads, max_batch_tokens=max_batch_tokens, micro_batching=micro_batching,
-                 batch_wait_ms=batch_wait_ms, max_batch_items=max_batch_items)  # fmt: skip
-    cfg = ServiceSettings(**{k: v for k, v in flags.items() if v is not None})
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     model_path = cfg.model or default_biencoder(cfg.home)
     if cfg.index is None:

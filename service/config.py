@@ -12,6 +12,11 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from indexes.langid import DEFAULT_DETECT_LANGS
+
+# read by the engine's own default too (service.models.engine.EngineOptions): one number
+MAX_BATCH_TOKENS = 1024
+
 
 def _default_home() -> Path:
     return Path.home() / ".cache" / "samelang"
@@ -32,7 +37,9 @@ class Settings(BaseSettings):
     backend: Literal["auto", "torch", "onnx"] = Field(
         "auto", description="auto: ONNX Runtime on CPU for fp32/int8 when installed, else torch"
     )
-    max_batch_tokens: int = Field(1024, ge=16, description="padded tokens per forward pass")
+    max_batch_tokens: int = Field(
+        MAX_BATCH_TOKENS, ge=16, description="padded tokens per forward pass (CPU caches favour ~1k; GPUs ~32k)"
+    )
 
     def torch_device(self) -> str:
         if self.device != "auto":
@@ -55,10 +62,12 @@ def settings(**flags) -> Settings:
 class ServiceSettings(Settings):
     """Options of ``samelang serve`` (each also ``SAMELANG_<NAME>``)."""
 
-    host: str = "127.0.0.1"
-    port: int = Field(8000, ge=0, le=65535)
+    host: str = Field("127.0.0.1", description="address to listen on")
+    port: int = Field(8000, ge=0, le=65535, description="port to listen on")
     index: Path | None = Field(None, description="index folder (default: the bundled demo index, built on first use)")
-    demo_langs: str = Field("en,zh", description="languages of the bundled XQuAD demo index")
+    demo_langs: str = Field(
+        "en,zh", description="languages of the bundled XQuAD demo index", json_schema_extra={"cli_aliases": ["--langs"]}
+    )
     model: Path | None = Field(None, description="bi-encoder checkpoint (default: the best one available locally)")
     reranker: str | None = Field(
         None,
@@ -75,16 +84,18 @@ class ServiceSettings(Settings):
     group_candidates: bool | None = Field(
         None, description="one candidate per parallel group in the reader's language (default: measured)"
     )
-    reranker_max_length: int = Field(256, ge=16, le=512)
-    generator: Literal["transformers", "openai", "none"] = "transformers"
+    reranker_max_length: int = Field(256, ge=16, le=512, description="cross-encoder truncation (tokens per pair)")
+    generator: Literal["transformers", "openai", "none"] = Field(
+        "transformers", description="/answer's generator: embedded Gemma 3 270M, an OpenAI-compatible server, or none"
+    )
     generator_model: Path | None = Field(None, description="transformers generator checkpoint (default: Gemma 3 270M)")
     openai_url: str = Field(
         "http://127.0.0.1:8001", description="OpenAI-compatible server (vLLM) for --generator openai"
     )
-    openai_model: str = "Qwen/Qwen2.5-7B-Instruct"
-    openai_api_key: str | None = None
-    openai_timeout: float = Field(30.0, gt=0)
-    openai_retries: int = Field(2, ge=0, le=10)
+    openai_model: str = Field("Qwen/Qwen2.5-7B-Instruct", description="model name the OpenAI-compatible server serves")
+    openai_api_key: str | None = Field(None, description="bearer key of the OpenAI-compatible server")
+    openai_timeout: float = Field(30.0, gt=0, description="seconds per generation request to that server")
+    openai_retries: int = Field(2, ge=0, le=10, description="retries of a failed generation request")
     api_key: str | None = Field(None, description="if set, every route but /health needs 'Authorization: Bearer <key>'")
     ef_search: int | None = Field(None, ge=1, description="HNSW search depth (approximate indexes)")
     nprobe: int | None = Field(None, ge=1, description="IVF lists probed per query (approximate indexes)")
@@ -92,7 +103,7 @@ class ServiceSettings(Settings):
     micro_batching: bool = Field(True, description="gather concurrent queries / rerank pairs into one forward pass")
     batch_wait_ms: float = Field(2.0, ge=0, le=1000, description="how long a micro-batch waits for more requests")
     max_batch_items: int = Field(64, ge=1, description="inputs per micro-batch (queries or pairs)")
-    max_body_bytes: int = Field(2_000_000, ge=1024)
+    max_body_bytes: int = Field(2_000_000, ge=1024, description="largest request body; else 413")
     max_rerank_documents: int = Field(100, ge=1, le=100, description="documents per /rerank")
     max_document_chars: int = Field(20000, ge=1, le=20000, description="characters per /rerank document")
     max_diagnose_queries: int = Field(1000, ge=1, le=1000, description="labelled queries per /diagnose")
@@ -108,9 +119,7 @@ class ServiceSettings(Settings):
     index_reload_s: float = Field(
         1.0, ge=0, description="poll the index for a new generation this often (0: only POST /admin/reload)"
     )
-    detect_langs: str = Field(
-        "en,ar,de,el,es,hi,ro,ru,th,tr,vi,zh,fr,it,pt,nl,ja,ko", description="candidate languages for detection"
-    )
+    detect_langs: str = Field(",".join(DEFAULT_DETECT_LANGS), description="candidate languages for detection")
 
     def pipeline_defaults(self):
         """The request defaults: flags and variables over the measured ``models/serving.json``."""

@@ -25,6 +25,7 @@ from indexes.langid import LanguageIdentifier
 
 from . import metrics as M
 from . import work
+from .config import ServiceSettings
 from .errors import AnswerUnavailable, BadRequest
 from .metrics import audit as A
 from .models.encoder import Encoder
@@ -38,15 +39,26 @@ READER, ANY = "reader", "any"
 MIN_READER_CONFIDENCE = 0.5
 
 
+def _declared(name: str):
+    """The default of a ``samelang serve`` option: declared (with its doc and env twin) once, in
+    :class:`service.config.ServiceSettings`."""
+    return ServiceSettings.model_fields[name].default
+
+
 @dataclass
 class Limits:
-    """Work one request may ask for; each is a 422 naming the limit (``samelang serve`` flags)."""
+    """Work one request may ask for; each is a 422 naming the limit (the ``samelang serve`` flags
+    of the same names, documented there)."""
 
-    max_rerank_documents: int = 100
-    max_document_chars: int = 20000
-    max_diagnose_queries: int = 1000  # labelled queries (or dataset questions) per /diagnose
-    max_rerank_pairs: int = 2000  # (query, document) pairs one request may have the reranker score
-    max_answer_tokens: int = 1024  # passages x max_tokens of one /answer
+    max_rerank_documents: int = _declared("max_rerank_documents")
+    max_document_chars: int = _declared("max_document_chars")
+    max_diagnose_queries: int = _declared("max_diagnose_queries")
+    max_rerank_pairs: int = _declared("max_rerank_pairs")
+    max_answer_tokens: int = _declared("max_answer_tokens")
+
+    @classmethod
+    def from_settings(cls, cfg: ServiceSettings) -> Limits:
+        return cls(**{name: getattr(cfg, name) for name in cls.__dataclass_fields__})
 
 
 @dataclass

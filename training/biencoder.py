@@ -13,40 +13,40 @@ from __future__ import annotations
 import functools
 import shutil
 import time
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from pydantic import Field
 from tqdm.auto import tqdm
 
 from indexes.atomic import atomic_write_text
 from indexes.corpora import load_xquad
 from service import metrics as M
+from service import options
 from service.models.base_model import PASSAGE_PREFIX, QUERY_PREFIX, ensure_base_model
 
 from . import loop
 from .data import TARGET_LANGS, build_align_pairs, build_triplets, dev_articles, group_unique_batches
+from .loop import OPERATIONAL
 from .losses import InfoNCELoss, JSDLoss
 
-LOSSES = ("jsd+nce", "nce", "jsd", "nce-psg")
-LORA_TARGETS = ["query", "key", "value", "attention.output.dense", "intermediate.dense", "output.dense"]
 
-
-@dataclass
 class BiencoderArgs(loop.TrainerArgs):
-    base: str | None = None  # path or hub id; default: the converted multilingual-e5-small
-    langs: str = ",".join(TARGET_LANGS)
-    loss: str = "jsd+nce"
-    temperature: float = 0.05
-    per_lang: int | None = 256  # triplets per target language (seed: 2.8k in all)
-    tatoeba_per_lang: int = 0  # extra (s_en, s_tgt) pairs per language for L_JSD
+    """Options of ``samelang train biencoder`` (the shared ones in :class:`loop.TrainerArgs`)."""
 
-    def __post_init__(self):
-        super().__post_init__()
-        if self.loss not in LOSSES:
-            raise ValueError(f"--loss must be one of {LOSSES}, got {self.loss!r}")
+    base: str | None = Field(None, description="Base checkpoint folder (default: the converted multilingual-e5-small).")
+    langs: str = Field(",".join(TARGET_LANGS), description="Target languages paired with English.")
+    loss: Literal["jsd+nce", "nce", "jsd", "nce-psg"] = Field(
+        "jsd+nce", description="jsd+nce (the seed's), or its ablations nce | jsd | nce-psg."
+    )
+    temperature: float = Field(0.05, gt=0, description="InfoNCE temperature.")
+    per_lang: int = Field(
+        256, ge=0, description="Triplets per target language (0: all 816; the seed used 2.8k in all)."
+    )
+    tatoeba_per_lang: int = Field(0, ge=0, description="Extra Tatoeba (s_en, s_tgt) pairs per language for L_JSD.")
 
 
 class BiEncoderModule(torch.nn.Module):
@@ -67,7 +67,7 @@ class BiEncoderModule(torch.nn.Module):
 
             cfg = LoraConfig(
                 r=args.lora_r, lora_alpha=args.lora_alpha, lora_dropout=args.lora_dropout,
-                target_modules=LORA_TARGETS, bias="none",
+                target_modules=loop.LORA_TARGETS, bias="none",
             )  # fmt: skip
             model = get_peft_model(model, cfg)
         self.model = model
@@ -138,9 +138,9 @@ def train_biencoder(args: BiencoderArgs, log=print) -> Path:
     rank, world, local_rank = loop.dist()
     device = loop.device_for(args.device, local_rank)
     loop.seed_all(args.seed)
-    base = args.base or str(ensure_base_model())
+    base = args.base or str(ensure_base_model(args.home))
     dev = dev_articles(args.dev_n_articles)
-    triplets = build_triplets(args.langs, "train", args.seed, args.per_lang, exclude_articles=dev)
+    triplets = build_triplets(args.langs, "train", args.seed, args.per_lang or None, exclude_articles=dev)
     align = build_align_pairs(args.langs, args.seed, args.tatoeba_per_lang) if args.tatoeba_per_lang else []
     groups = [t.group for t in triplets]
     epoch_batches = functools.lru_cache(maxsize=2)(
@@ -202,14 +202,13 @@ def _save_final(args: BiencoderArgs, module, base: str, history, seconds: float,
     atomic_write_text(args.out / "README.md", model_card(args, training_args, None))
 
 
+def reproduce_command(args: BiencoderArgs) -> str:
+    """The command that rebuilds this model, from the options' own declaration."""
+    return options.reproduce_command("samelang train biencoder", args, skip=OPERATIONAL)
+
+
 def model_card(args: BiencoderArgs, training_args: dict, eval_markdown: str | None) -> str:
-    cmd = (
-        f"samelang train biencoder --langs {args.langs} --loss {args.loss} --epochs {args.epochs} "
-        f"--batch-size {args.batch_size} --lr {args.lr} --temperature {args.temperature} "
-        f"--per-lang {args.per_lang} --max-length {args.max_length} --seed {args.seed} --out {args.out}"
-        + (f" --max-steps {args.max_steps}" if args.max_steps else "")
-        + (" --full" if args.full else f" --lora-r {args.lora_r}")
-    )
+    cmd = reproduce_command(args)
     kind = f"LoRA adapter (r={args.lora_r}) over the converted base model" if not args.full else "Full fine-tune"
     return (
         f"# {args.out.name}\n\n"

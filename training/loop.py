@@ -7,42 +7,61 @@ import hashlib
 import os
 import random
 import shutil
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from indexes.atomic import atomic_dir
 
+# the modules LoRA adapts in both trainers (every linear layer of the BERT encoder)
+LORA_TARGETS = ["query", "key", "value", "attention.output.dense", "intermediate.dense", "output.dense"]
+# options that change how a run is carried out, not the model it produces: left out of reproduce commands
+OPERATIONAL = ("resume", "device", "eval_every", "save_every", "home")
 
-@dataclass
-class TrainerArgs:
-    """The options every trainer shares (each trainer's dataclass adds its own)."""
 
-    out: Path
-    epochs: float = 1.0
-    max_steps: int | None = None
-    batch_size: int = 16
-    lr: float = 2e-4
-    warmup: float = 0.1
-    weight_decay: float = 0.0
-    full: bool = False  # full fine-tune instead of LoRA
-    lora_r: int = 16
-    lora_alpha: int = 32
-    lora_dropout: float = 0.05
-    max_length: int = 256
-    precision: str = "auto"  # auto | bf16 | fp32
-    seed: int = 0
-    dev_n_articles: int = 3
-    eval_every: int = 50
-    save_every: int = 100
-    resume: bool = True
-    device: str = "auto"
-    extra: dict = field(default_factory=dict)
+class TrainerArgs(BaseSettings):
+    """The options every trainer shares (each trainer's class adds its own).
 
-    def __post_init__(self):
-        self.out = Path(self.out)
+    Declared once here: ``samelang train ...`` derives its flags, the ``SAMELANG_TRAIN_*``
+    variables and the model card's reproduce command from these fields
+    (:mod:`service.options`)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="SAMELANG_TRAIN_", extra="ignore", env_ignore_empty=True, validate_by_name=True
+    )
+
+    out: Path = Field(description="Output folder (adapter or full model); checkpoints go in OUT/checkpoints.")
+    epochs: float = Field(1.0, gt=0, description="Passes over the training instances.")
+    max_steps: int | None = Field(None, ge=1, description="Stop after this many optimiser steps.")
+    batch_size: int = Field(16, ge=1, description="Instances per step and process.")
+    lr: float = Field(2e-4, gt=0, description="Peak learning rate (AdamW).")
+    warmup: float = Field(0.1, ge=0, le=1, description="Share of the steps spent warming up the learning rate.")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
+    full: bool = Field(False, description="Full fine-tune instead of LoRA.")
+    lora_r: int = Field(16, ge=1, description="LoRA rank.")
+    lora_alpha: int = Field(32, ge=1, description="LoRA alpha (scale = alpha / r).")
+    lora_dropout: float = Field(0.05, ge=0, lt=1, description="LoRA dropout.")
+    max_length: int = Field(256, ge=8, le=512, description="Tokens per input (longer ones are truncated).")
+    precision: Literal["auto", "bf16", "fp32"] = Field(
+        "auto", description="Training precision; auto: bf16 autocast on GPU, fp32 on CPU."
+    )
+    seed: int = Field(0, description="Seed of data order, sampling and new weights.")
+    dev_n_articles: int = Field(3, ge=0, description="Train articles held out as the dev slice.")
+    eval_every: int = Field(50, ge=1, description="Evaluate on the dev slice every N steps.")
+    save_every: int = Field(100, ge=1, description="Checkpoint every N steps.")
+    resume: bool = Field(True, description="Resume from the latest checkpoint in OUT.")
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Training device.")
+    home: Path | None = Field(
+        None, validation_alias="SAMELANG_HOME", description="Cache of the converted base model and teacher scores."
+    )
+
+    def saved(self) -> dict:
+        """The options as ``training_args.json`` keeps them (JSON types; not the machine's cache folder)."""
+        return self.model_dump(mode="json", exclude={"home"})
 
 
 def seed_all(seed: int) -> None:
@@ -188,7 +207,6 @@ def write_run_files(
     ``samelang_manifest.json`` (checksums: what the service's model fingerprint reads) in ``final``."""
     import json
     import time
-    from dataclasses import asdict
 
     import torch
 
@@ -196,7 +214,7 @@ def write_run_files(
 
     base_manifest = read_manifest(Path(base)) or {}
     training_args = {
-        **{k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(args).items()},
+        **args.saved(),
         "base_resolved": base_manifest.get("upstream", base),
         **counts,
         "world_size": world,

@@ -21,15 +21,17 @@ from __future__ import annotations
 import hashlib
 import shutil
 import time
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
+from pydantic import Field, model_validator
 from tqdm.auto import tqdm
 
 from indexes.atomic import atomic_write_text
 from indexes.corpora import XQUAD_LANGS, load_xquad
+from service import options
 from service.config import settings
 from service.models.base_model import ensure_base_model
 
@@ -38,34 +40,38 @@ from .data import dev_articles
 from .losses import LanguageCoherenceLoss, adr_mse
 from .reranker_data import CoherenceGroup, DistillInstance, build_coherence_groups, build_distill_instances
 
-OBJECTIVES = ("full", "no-lc", "no-rank")
-LORA_TARGETS = ["query", "key", "value", "attention.output.dense", "intermediate.dense", "output.dense"]
 HEAD_MODULES = ["classifier", "pooler"]  # new in a converted bi-encoder: trained in full, saved with the adapter
 GROUP_LABELS = (1.0, 1.0, 0.0, 0.0)
 
 
-@dataclass
 class RerankerArgs(loop.TrainerArgs):
-    stage: int = 1
-    init: str | None = None  # stage 1: base path or hub id (default: converted e5-small); stage 2: stage-1 folder
-    teacher: str = "cosine"  # "cosine" (the base bi-encoder's English cosine) or a CrossEncoder checkpoint
-    langs: str = ",".join(XQUAD_LANGS)
-    n_sampled: int = 3  # stage 1: documents sampled from other examples per question and round
-    rounds: int = 1  # stage 1: sampling rounds per question
-    repeats: int = 1  # stage 2: groups (language-pair assignments) per question
-    lambda_lc: float = 2.0
-    objective: str = "full"  # stage 2: full | no-lc | no-rank
-    dev_questions: int = 6
-    save_every: int = 50
+    """Options of ``samelang train reranker`` (the shared ones in :class:`loop.TrainerArgs`)."""
 
-    def __post_init__(self):
-        super().__post_init__()
-        if self.stage not in (1, 2):
-            raise ValueError(f"--stage must be 1 or 2, got {self.stage}")
-        if self.objective not in OBJECTIVES:
-            raise ValueError(f"--objective must be one of {OBJECTIVES}, got {self.objective!r}")
+    stage: int = Field(1, ge=1, le=2, description="1: English-anchored distillation; 2: preference alignment.")
+    init: str | None = Field(
+        None, description="Stage 1: base checkpoint folder (default: the converted base); stage 2: the stage-1 folder."
+    )
+    teacher: str = Field(
+        "cosine",
+        description="Stage 1 teacher: 'cosine' (the base bi-encoder's English cosine) or a CrossEncoder folder.",
+    )
+    langs: str = Field(",".join(XQUAD_LANGS), description="Languages (en required).")
+    n_sampled: int = Field(3, ge=1, description="Stage 1: documents sampled from other examples per question, round.")
+    rounds: int = Field(1, ge=1, description="Stage 1: sampling rounds per question.")
+    repeats: int = Field(1, ge=1, description="Stage 2: groups (language-pair assignments) per question (R).")
+    lambda_lc: float = Field(2.0, ge=0, description="Stage 2: weight of the language-coherence loss L_LC.")
+    objective: Literal["full", "no-lc", "no-rank"] = Field(
+        "full", description="Stage 2: full (L_rank + lambda L_LC) or the ablations no-lc | no-rank."
+    )
+    batch_size: int = Field(16, ge=1, description="Pairs (stage 1) or groups of 4 documents (stage 2) per step.")
+    dev_questions: int = Field(6, ge=0, description="Dev-slice questions (0: none).")
+    save_every: int = Field(50, ge=1, description="Checkpoint every N steps.")
+
+    @model_validator(mode="after")
+    def _stage_two_needs_init(self) -> RerankerArgs:
         if self.stage == 2 and not self.init:
             raise ValueError("--stage 2 continues from a stage-1 model: pass --init DIR")
+        return self
 
 
 def is_adapter(path) -> bool:
@@ -96,7 +102,7 @@ class RerankerModule(torch.nn.Module):
 
             cfg = LoraConfig(
                 r=args.lora_r, lora_alpha=args.lora_alpha, lora_dropout=args.lora_dropout,
-                target_modules=LORA_TARGETS, modules_to_save=HEAD_MODULES, bias="none",
+                target_modules=loop.LORA_TARGETS, modules_to_save=HEAD_MODULES, bias="none",
             )  # fmt: skip
             model = get_peft_model(model, cfg)
         self.model = model
@@ -303,32 +309,21 @@ def _save_final(args: RerankerArgs, module: RerankerModule, history, seconds: fl
 
 
 def reproduce_command(args: RerankerArgs) -> str:
-    cmd = (
-        f"samelang train reranker --stage {args.stage} --langs {args.langs} --epochs {args.epochs} "
-        f"--batch-size {args.batch_size} --lr {args.lr} --max-length {args.max_length} --seed {args.seed} "
-        f"--out {args.out}"
-    )
-    if args.stage == 1:
-        cmd += f" --teacher {args.teacher} --n-sampled {args.n_sampled} --rounds {args.rounds}"
-    else:
-        cmd += f" --init {args.init} --repeats {args.repeats} --lambda-lc {args.lambda_lc} --objective {args.objective}"
-    cmd += f" --max-steps {args.max_steps}" if args.max_steps else ""
-    return cmd + (" --full" if args.full else f" --lora-r {args.lora_r}")
+    """The command that rebuilds this stage, from the options' own declaration."""
+    return options.reproduce_command("samelang train reranker", args, skip=loop.OPERATIONAL, first=("stage",))
 
 
 def full_recipe(args: RerankerArgs) -> str:
     """The command(s) that rebuild this model: for stage 2, the stage-1 command read from
     ``--init``'s ``training_args.json`` first, then this one."""
     import json
-    from dataclasses import fields
 
     lines = [reproduce_command(args)]
     init_args = Path(args.init or "") / "training_args.json"
     if args.stage == 2 and init_args.exists():
         saved = json.loads(init_args.read_text())
-        names = {f.name for f in fields(RerankerArgs)}
-        stage1 = RerankerArgs(**{k: v for k, v in saved.items() if k in names and k != "out"}, out=Path(saved["out"]))
-        lines.insert(0, reproduce_command(stage1))
+        names = set(RerankerArgs.model_fields)
+        lines.insert(0, reproduce_command(RerankerArgs(**{k: v for k, v in saved.items() if k in names})))
     return "\n".join(lines)
 
 

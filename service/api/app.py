@@ -63,10 +63,7 @@ def load_components(cfg: ServiceSettings) -> Components:
     else:
         generator = NoGenerator()
     langid = get_identifier(tuple(x.strip() for x in cfg.detect_langs.split(",") if x.strip()))
-    limits = Limits(
-        cfg.max_rerank_documents, cfg.max_document_chars, cfg.max_diagnose_queries, cfg.max_rerank_pairs,
-        cfg.max_answer_tokens,
-    )  # fmt: skip
+    limits = Limits.from_settings(cfg)
     pipeline = Pipeline(
         encoder, index, reranker, generator, langid, limits, SearchParams(cfg.ef_search, cfg.nprobe),
         cfg.pipeline_defaults(),

@@ -39,6 +39,7 @@ from tqdm.auto import tqdm
 from indexes.atomic import atomic_dir
 
 from .. import work
+from ..config import MAX_BATCH_TOKENS
 
 log = logging.getLogger("samelang")
 
@@ -63,7 +64,7 @@ class EngineOptions:
 
     precision: str = "auto"
     backend: str = "auto"
-    max_batch_tokens: int = 1024  # padded tokens per forward pass: CPU caches favour ~1k (bench); GPUs want ~32k
+    max_batch_tokens: int = MAX_BATCH_TOKENS  # padded tokens per forward pass (documented in service.config)
     max_batch_size: int = 64
     threads: int | None = None
 

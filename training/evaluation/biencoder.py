@@ -17,12 +17,17 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
+from pydantic import Field
 
-from indexes.atomic import atomic_write_bytes
+from indexes.atomic import atomic_write_bytes, atomic_write_text
 from indexes.corpora import XQUAD_LANGS, load_xquad
 from service import metrics as M
+from service.options import PathList, StrList
+
+from .common import EvalOptions, Report, write_card_section
 
 TARGETS = tuple(x for x in XQUAD_LANGS if x != "en")
 
@@ -182,3 +187,117 @@ def markdown_ablation(results: dict[str, dict], runs: dict[str, dict] | None = N
 
 def save(results: dict, path: Path) -> None:
     atomic_write_bytes(path, json.dumps(results, indent=2).encode())
+
+
+# ----------------------------------------------------------------------------- the command's object
+EVAL_HEADING = "## Evaluation (XQuAD test articles)"
+ABLATION_LOSSES = ("jsd+nce", "nce", "jsd", "nce-psg")
+
+
+class BiencoderEvalOptions(EvalOptions):
+    """Options of ``samelang eval biencoder``."""
+
+    model: PathList = Field(default_factory=list, description="Model folder(s); repeat to compare.")
+    base: bool = Field(True, description="Include the base model as the reference column.")
+    out: Path = Field(Path("runs/eval-biencoder"), description="Folder for results.json and results.md.")
+    card: bool = Field(False, description="Write the table and eval_results.json into each model's folder.")
+    precision: Literal["fp32", "int8", "bf16"] = Field("fp32", description="Encoder precision (fp32: reference).")
+
+
+class BiencoderEvaluation:
+    """Multi (Comp@10, Max@R, Max@R_norm), Mono-Same and Mono-Cross of the base model and each
+    model folder; owns the table, the results folder and the model cards' section."""
+
+    def __init__(self, options: BiencoderEvalOptions):
+        from service.config import settings
+
+        self.options = options
+        self.cfg = settings(home=options.home)
+
+    def evaluate(self, models: list[Path], names: list[str] | None = None) -> dict[str, dict]:
+        """:func:`evaluate` for the base model (when ``options.base``) and each folder, in order."""
+        from service.models.base_model import ensure_base_model
+        from service.models.encoder import Encoder
+        from service.models.engine import EngineOptions
+
+        paths = ([ensure_base_model(self.cfg.home)] if self.options.base else []) + list(models)
+        names = (["base"] if self.options.base else []) + (names or [Path(m).name for m in models])
+        results = {}
+        for name, path in zip(names, paths, strict=True):
+            enc = Encoder(
+                path, device=self.cfg.torch_device(), home=self.cfg.home,
+                options=EngineOptions(precision=self.options.precision),
+            )  # fmt: skip
+            results[name] = evaluate(embed_xquad(enc, self.cfg.home / "cache"))
+            del enc
+        return results
+
+    def run(self) -> Report:
+        results = self.evaluate(self.options.model)
+        report = Report(markdown(results), results)
+        report.write(self.options.out)
+        if self.options.card:
+            self.write_cards(results)
+        return report
+
+    def write_cards(self, results: dict[str, dict]) -> None:
+        """The table into each model's card and its numbers into ``eval_results.json`` (what the
+        score regressions in ``tests/regressions`` pin)."""
+        table = markdown(results)
+        for path in self.options.model:
+            write_card_section(Path(path), EVAL_HEADING, table + "\n\nData: XQuAD (CC-BY-SA 4.0). Base model: MIT.\n")
+            name = Path(path).name
+            scores = {k: results[k] for k in ("base", name) if k in results}
+            atomic_write_text(Path(path) / "eval_results.json", json.dumps(scores, indent=2) + "\n")
+
+
+class AblationOptions(EvalOptions):
+    """Options of ``samelang eval biencoder-ablation``."""
+
+    runs: Path = Field(Path("runs/ablation"), description="One sub-folder per loss setting.")
+    losses: StrList = Field(list(ABLATION_LOSSES), description="Loss settings to train and compare.")
+    train_args: str = Field(
+        "", description="Flags for `samelang train biencoder`, the same for every setting (e.g. '--per-lang 256')."
+    )
+
+
+class BiencoderAblation:
+    """The seed's ablation from one command: train each loss setting with the same flags, then
+    evaluate all; a setting whose folder already holds a finished model is evaluated, not retrained."""
+
+    def __init__(self, options: AblationOptions, log=print):
+        self.options, self.log = options, log
+
+    def train_missing(self) -> dict[str, dict]:
+        import shlex
+
+        from service.options import parse_options
+
+        from ..biencoder import BiencoderArgs, train_biencoder
+
+        info = {}
+        for loss in self.options.losses:
+            folder = self.options.runs / loss
+            if not (folder / "training_args.json").exists():
+                self.log(f"training {loss} -> {folder}")
+                argv = ["--out", str(folder), *shlex.split(self.options.train_args), "--loss", loss]
+                train_biencoder(parse_options(BiencoderArgs, argv), log=self.log)
+            targs = json.loads((folder / "training_args.json").read_text())
+            if targs["loss"] != loss:
+                raise ValueError(f"{folder} holds a model trained with --loss {targs['loss']}")
+            info[loss] = {**targs, "steps": len(json.loads((folder / "history.json").read_text()))}
+        return info
+
+    def run(self) -> Report:
+        info = self.train_missing()
+        budgets = {(i["batch_size"], i["steps"], i["max_length"], i["lr"], i["per_lang"]) for i in info.values()}
+        evaluation = BiencoderEvaluation(BiencoderEvalOptions(home=self.options.home, base=True))
+        names = list(self.options.losses)
+        results = evaluation.evaluate([self.options.runs / x for x in names], names)
+        table = markdown_ablation(results, info)
+        if len(budgets) > 1:
+            table += "\n\nWARNING: the runs do not share one budget (batch, steps, max length, lr, per-lang differ)."
+        runs = self.options.runs
+        atomic_write_text(runs / "ablation.json", json.dumps({"runs": info, "results": results}, indent=2))
+        atomic_write_text(runs / "ablation.md", table + "\n\n" + markdown(results) + "\n")
+        return Report(table, {"runs": info, "results": results})

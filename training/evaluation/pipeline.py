@@ -42,12 +42,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from pydantic import Field, model_validator
 from tqdm.auto import tqdm
 
 from indexes.corpora import XQUAD_LANGS, load_xquad
 from indexes.index import open_index
 from service.metrics import audit as A
+from service.options import StrList
 from service.pipeline import Defaults, Limits, Pipeline, SearchOptions
+
+from .common import EvalOptions, Report, replace_section
 
 SCORE_CACHE_VERSION = "pipeline-scores-v1"
 TOP_K, CANDIDATES, SAMPLE_PER_LANG = 10, 20, 48
@@ -210,10 +214,12 @@ class PipelineEvaluation:
         from service.models.engine import EngineOptions
         from service.models.reranker import CrossEncoderReranker
 
+        from .reranker import score_identity
+
         out = {}
         for name, path in self.cross_encoders.items():
             ce = CrossEncoderReranker(path, home=self.home, options=EngineOptions(precision=self.precision))
-            ident = f"{ce.fingerprint}|{ce.numerics}|max_length=256|{SCORE_CACHE_VERSION}"
+            ident = f"{score_identity(ce)}|{SCORE_CACHE_VERSION}"
             key = hashlib.sha256(ident.encode()).hexdigest()[:20]
             file = self.home / "cache" / f"pipeline-scores-{key}.npz" if self.cache else None
             out[name] = CachedReranker(ce, file)
@@ -513,7 +519,6 @@ def write_served_defaults(chosen: Row, baseline: Row | None, ev: PipelineEvaluat
 
 def write_readme_section(readme: Path, heading: str, table: str, how: str, chosen: Row, baseline: Row | None) -> None:
     """Replace (or append before the data section) the README section that explains the defaults."""
-    from indexes.atomic import atomic_write_text
 
     s = chosen.results["sample"]["ndcg_at_1"]["mean"]
     b = baseline.results["sample"]["ndcg_at_1"]["mean"] if baseline else None
@@ -526,12 +531,102 @@ def write_readme_section(readme: Path, heading: str, table: str, how: str, chose
         "A default may not lose to the base model without a reranker on reader-gold nDCG@1.\n\n"
         f"{table}\n\n{how}\n"
     )
-    text = readme.read_text()
-    if heading in text:
-        head, _, rest = text.partition(heading)
-        later = rest[rest.index("\n## ") + 1 :] if "\n## " in rest else ""
-    else:
-        anchor = "## Data and models bundled"
-        head, _, later = text.partition(anchor)
-        later = anchor + later if later else ""
-    atomic_write_text(readme, head.rstrip("\n") + f"\n\n{heading}\n\n{body}\n" + later)
+    replace_section(readme, heading, body, before="## Data and models bundled")
+
+
+# ----------------------------------------------------------------------------- the command's object
+PIPELINE_SECTION = "## Served defaults: the end-to-end evaluation"
+
+
+class PipelineEvalOptions(EvalOptions):
+    """Options of ``samelang eval pipeline``."""
+
+    retriever: StrList = Field(
+        default_factory=list,
+        description="Bi-encoder NAME=DIR (or 'base'); repeat. Default: base and every bi-encoder in models/.",
+    )
+    cross_encoder: StrList = Field(
+        default_factory=list, description="Cross-encoder NAME=DIR; repeat. Default: every cross-encoder in models/."
+    )
+    full: bool = Field(False, description="Reranked rows on all 374 questions per language too.")
+    per_lang: int = Field(SAMPLE_PER_LANG, ge=1, le=374, description="Sample: questions per language (>= 48).")
+    http: bool = Field(True, description="Also measure the served defaults over HTTP /answer.")
+    card: bool = Field(False, description="Serve the winning row: write models/serving.json and the README section.")
+    cache: bool = Field(True, description="Reuse cross-encoder scores kept in the cache.")
+    max_questions: int | None = Field(
+        None, ge=1, description="Smoke runs only: the first N test questions per language (the table then says so)."
+    )
+    out: Path = Field(Path("runs/eval-pipeline"), description="Folder for results.json and results.md.")
+
+    @model_validator(mode="after")
+    def _card_needs_the_sample(self) -> PipelineEvalOptions:
+        if self.card and (self.max_questions or self.per_lang < SAMPLE_PER_LANG):
+            raise ValueError(
+                f"--card needs the documented sample (>= {SAMPLE_PER_LANG} per language, no --max-questions)"
+            )
+        return self
+
+
+def _named(items: list[str], found: dict[str, Path]) -> dict[str, Path]:
+    """``NAME=DIR`` items (a bare ``NAME`` is its own path), or what was ``found`` when none."""
+    if not items:
+        return found
+    return {name: Path(path or name) for name, _, path in (item.partition("=") for item in items)}
+
+
+def evaluation_from(options: PipelineEvalOptions, log=print) -> PipelineEvaluation:
+    """The evaluation of the retrievers and cross-encoders the options name (default: the base
+    model and every model in ``models/``), aware of what is served now."""
+    from service.config import settings
+    from service.models.base_model import ensure_base_model
+    from service.models.registry import ALIGNED_BIENCODER, BASE, LAMAR_RERANKER, served_defaults
+
+    home = settings(home=options.home).home
+    base = ensure_base_model(home)
+    found = {BASE: base, **({ALIGNED_BIENCODER.name: ALIGNED_BIENCODER} if ALIGNED_BIENCODER.exists() else {})}
+    retrievers = {k: (base if str(v) == BASE else v) for k, v in _named(options.retriever, found).items()}
+    ces = _named(options.cross_encoder, {LAMAR_RERANKER.name: LAMAR_RERANKER} if LAMAR_RERANKER.exists() else {})
+    if options.per_lang < SAMPLE_PER_LANG and not options.full:
+        log(f"note: --per-lang {options.per_lang} is below the documented sample of {SAMPLE_PER_LANG} per language")
+    now = served_defaults()
+    return PipelineEvaluation(
+        home, retrievers, ces, full=options.full, per_lang=options.per_lang, cache=options.cache, log=log,
+        max_questions=options.max_questions, served=(now.retriever, now.reranker, now.candidates),
+    )  # fmt: skip
+
+
+def run_pipeline_evaluation(options: PipelineEvalOptions, readme: Path, log=print) -> Report:
+    """Every row, the winner, (with ``card``) ``models/serving.json`` and the README section, the
+    served defaults over HTTP; the report also lands in ``options.out``."""
+    from service.models.registry import BASE, served_defaults
+
+    t0 = time.perf_counter()
+    evaluation = evaluation_from(options, log)
+    rows = evaluation.run()
+    chosen = best_row(rows)
+    baseline = next((r for r in rows if (r.retriever, r.reranker, r.strategy) == (BASE, "none", "documents")), None)
+    if options.card:
+        write_served_defaults(chosen, baseline, evaluation)
+    http = None
+    if options.http:
+        served = served_defaults()
+        retriever = evaluation.built.get(served.retriever)
+        if retriever is None:
+            log(f"served retriever {served.retriever!r} was not evaluated: no HTTP check")
+        else:
+            http = served_over_http(evaluation, retriever, evaluation.ces)
+    table = markdown(rows, chosen, http)
+    minutes = (time.perf_counter() - t0) / 60
+    how = how_text(evaluation, minutes)
+    data = {
+        "rows": [{"name": r.name, "retriever": r.retriever, "reranker": r.reranker, "strategy": r.strategy,
+                  **r.results} for r in rows],
+        "chosen": chosen.name, "http": http, "minutes": round(minutes, 1),
+        "sample_positions": evaluation.sample.tolist(),
+    }  # fmt: skip
+    report = Report(table + "\n\n" + how, data)
+    report.write(options.out)
+    if options.card:
+        write_readme_section(readme, PIPELINE_SECTION, table, how, chosen, baseline)
+        log(f"served defaults -> models/serving.json; table -> {readme.name} ({PIPELINE_SECTION[3:]})")
+    return report

@@ -13,7 +13,12 @@ import statistics
 import time
 from pathlib import Path
 
+from pydantic import Field
+
 from indexes.corpora import load_xquad
+from service.options import StrList
+
+from .common import EvalOptions, Report, write_card_section
 
 BIENCODER_METRICS = ("max_r_norm", "mono_same_ndcg10")
 RERANKER_METRICS = ("oracle_ndcg_at_1", "mono_same_ndcg10")
@@ -124,3 +129,116 @@ def cpu_model() -> str:
     except OSError:
         pass
     return "unknown CPU"
+
+
+# ----------------------------------------------------------------------------- the command's object
+PRECISION_HEADING = "## Inference precision"
+
+
+class PrecisionEvalOptions(EvalOptions):
+    """Options of ``samelang eval precision``."""
+
+    biencoder: Path | None = Field(None, description="Bi-encoder folder (default: the served one).")
+    reranker: str | None = Field(None, description="Cross-encoder folder (default: the served one; 'none' to skip).")
+    precision: StrList = Field(
+        default_factory=list,
+        description="Precisions to compare with fp32 (default: int8, and bf16 where the CPU has it natively).",
+    )
+    max_questions: int = Field(6, ge=1, description="Reranker slice: test questions per language.")
+    tolerance: float = Field(0.3, ge=0, description="Largest admissible loss against fp32, in points, on any metric.")
+    repeats: int = Field(3, ge=1, description="Speed: timed repetitions (median).")
+    card: bool = Field(False, description="Write inference.json and the card section of each model.")
+    out: Path = Field(Path("runs/eval-precision"), description="Folder for results.json and results.md.")
+
+
+class PrecisionEvaluation:
+    """fp32 vs int8 (vs bf16) for the served bi-encoder and cross-encoder: quality on their eval
+    tables and speed, side by side; picks each model's default precision (the fastest within
+    ``tolerance`` points of fp32 on every metric) and, with ``card``, records it in the model folder."""
+
+    def __init__(self, options: PrecisionEvalOptions, log=print):
+        from service.config import settings
+        from service.models.engine import cpu_has_bf16
+        from service.models.registry import default_biencoder, default_cross_encoder
+
+        self.options, self.log, self.cfg = options, log, settings(home=options.home)
+        self.device = self.cfg.torch_device()
+        self.on_gpu = self.device.startswith("cuda")
+        alternatives = ["bf16", "fp16"] if self.on_gpu else ["int8"] + (["bf16"] if cpu_has_bf16() else [])
+        self.precisions = list(dict.fromkeys(["fp32", *(options.precision or alternatives)]))
+        self.biencoder = Path(options.biencoder or default_biencoder(self.cfg.home))
+        skip = options.reranker is not None and options.reranker.lower() == "none"
+        chosen = None if skip else (options.reranker or default_cross_encoder())
+        self.reranker = Path(chosen) if chosen else None
+
+    def _biencoder_rows(self) -> tuple[list[dict], object]:
+        from service.models.encoder import Encoder
+        from service.models.engine import EngineOptions
+
+        from .biencoder import embed_xquad, evaluate
+
+        rows, emb_fp32 = [], None
+        for p in self.precisions:
+            enc = Encoder(self.biencoder, device=self.device, home=self.cfg.home, options=EngineOptions(precision=p))
+            emb = embed_xquad(enc, self.cfg.home / "cache")
+            emb_fp32 = emb if p == "fp32" else emb_fp32
+            rows.append(biencoder_row(enc, evaluate(emb), self.options.repeats))
+            self.log(f"bi-encoder {p}: {rows[-1]}")
+            del enc
+        return rows, emb_fp32
+
+    def _reranker_rows(self, emb_fp32) -> list[dict]:
+        from service.models.engine import EngineOptions
+        from service.models.reranker import CrossEncoderReranker
+
+        from . import reranker as ev
+
+        texts, rows = ev.load_texts(), []
+        for p in self.precisions:
+            rr = CrossEncoderReranker(
+                self.reranker, device=self.device, home=self.cfg.home, options=EngineOptions(precision=p)
+            )
+            scorer = ev.cached_scorer(
+                ev.cross_encoder_scorer(rr, texts), self.cfg.home / "cache", ev.score_identity(rr)
+            )
+            result = ev.evaluate_reranker(scorer, emb_fp32, self.options.max_questions)
+            rows.append(reranker_row(rr, result, self.options.repeats))
+            self.log(f"reranker {p}: {rows[-1]}")
+            del rr
+        return rows
+
+    def how(self) -> str:
+        o = self.options
+        where = device_name(self.device) if self.on_gpu else cpu_model()
+        return (
+            f"Measured on {where} ({self.cfg.threads or 'all'} threads): speed = median of {o.repeats} runs over "
+            "the first 64 English test paragraphs (bi-encoder) or one query x 20 paragraphs (reranker); quality on "
+            f"the XQuAD test articles (reranker: {o.max_questions} questions per language, candidates from the fp32 "
+            f"retriever). Default = the fastest precision within {o.tolerance} points of fp32 on every metric. "
+            "Command: `samelang eval precision --card`."
+        )
+
+    def run(self) -> Report:
+        tol = self.options.tolerance
+        data: dict = {"cpu": cpu_model(), "biencoder": str(self.biencoder), "reranker": str(self.reranker)}
+        sections = {}
+        rows, emb_fp32 = self._biencoder_rows()
+        chosen = choose(rows, BIENCODER_METRICS, "passages_per_s", tol)["precision"]
+        sections[self.biencoder] = (rows, chosen, markdown(rows, BIENCODER_METRICS, "passages_per_s", chosen))
+        data["biencoder_rows"], data["biencoder_default"] = rows, chosen
+        if self.reranker is not None:
+            rows = self._reranker_rows(emb_fp32)
+            chosen = choose(rows, RERANKER_METRICS, "pairs_per_s", tol)["precision"]
+            sections[self.reranker] = (rows, chosen, markdown(rows, RERANKER_METRICS, "pairs_per_s", chosen))
+            data["reranker_rows"], data["reranker_default"] = rows, chosen
+        how = self.how()
+        text = "\n\n".join(f"### {path.name}\n\n{table}" for path, (_, _, table) in sections.items()) + "\n\n" + how
+        report = Report(text, data)
+        report.write(self.options.out)
+        if self.options.card:
+            device = "cuda" if self.on_gpu else "cpu"
+            for path, (rows, chosen, table) in sections.items():
+                write_inference_card(path, rows, chosen, how, device)
+                heading = PRECISION_HEADING + (" on GPU" if self.on_gpu else "")
+                write_card_section(path, heading, f"{table}\n\n{how}\n")
+        return report

@@ -20,16 +20,22 @@ the retriever's own cosine.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
+from pathlib import Path
+from typing import Literal, NamedTuple
 
 import numpy as np
+from pydantic import Field
 
+from indexes.atomic import atomic_write_text
 from indexes.corpora import XQUAD_LANGS, load_xquad
 from service import metrics as M
+from service.options import PathList, StrList
 
-from .biencoder import Embeddings
+from .biencoder import EVAL_HEADING, Embeddings
+from .common import EvalOptions, Report, write_card_section
 
 TOP_K = 20
 
@@ -280,3 +286,125 @@ def heatmap_png(result: dict, title: str) -> bytes:
     fig.savefig(buf, format="png")
     plt.close(fig)
     return buf.getvalue()
+
+
+# ----------------------------------------------------------------------------- the command's object
+def score_identity(reranker, max_length: int = 256) -> str:
+    """The cache key of a cross-encoder's scores: its weights' fingerprint, the truncation
+    length and (past fp32) its precision. One definition for every evaluation that caches
+    scores, so that a stale score is never reused and an equal one always is."""
+    from service.models.encoder import model_fingerprint
+
+    identity = f"{model_fingerprint(Path(reranker.path))}|max_length={max_length}"
+    return identity if reranker.numerics == "fp32" else f"{identity}|{reranker.numerics}"
+
+
+class RerankerEvalOptions(EvalOptions):
+    """Options of ``samelang eval reranker``."""
+
+    model: PathList = Field(
+        default_factory=list,
+        description="Cross-encoder folder(s); repeat to compare (e.g. the ablations). Default: the served one, "
+        "else LAMAR.",
+    )
+    retriever: Path | None = Field(
+        None, description="Bi-encoder giving the top-20 candidates (default: the served one)."
+    )
+    reference: bool = Field(True, description="Add the no-reranker row (the retriever's cosine as the score).")
+    cosine: StrList = Field(
+        default_factory=list,
+        description="Also score by this bi-encoder's cosine (a folder, or 'base': the converted base model, the "
+        "default stage-1 teacher); repeatable.",
+    )
+    max_questions: int | None = Field(None, ge=1, description="First N test questions per language; all: 374.")
+    max_length: int = Field(256, ge=16, le=512, description="Cross-encoder truncation (tokens per pair).")
+    precision: Literal["fp32", "int8", "bf16", "fp16"] = Field("fp32", description="Cross-encoder precision.")
+    cache: bool = Field(True, description="Reuse cross-encoder scores kept in $SAMELANG_HOME/cache.")
+    out: Path = Field(Path("runs/eval-reranker"), description="Folder for results.json, results.md and PNGs.")
+    card: bool = Field(False, description="Write the table and eval_results.json into each model's folder.")
+
+
+class RerankerEvaluation:
+    """Oracle language coherence, reranking of retrieved top-20 and Mono-Same for each
+    cross-encoder folder (and the reference cosine rows); with several folders, also the ablation
+    table (each model's training settings beside its scores)."""
+
+    def __init__(self, options: RerankerEvalOptions):
+        from service.config import settings
+        from service.models.registry import default_biencoder, default_cross_encoder
+
+        self.options, self.cfg = options, settings(home=options.home)
+        self.models = list(options.model) or [m for m in [default_cross_encoder()] if m is not None]
+        if not self.models:
+            raise ValueError("no reranker in models/: train one (`samelang train reranker`) or pass --model")
+        self.retriever = Path(options.retriever or default_biencoder(self.cfg.home))
+
+    def _embeddings(self, path: Path) -> Embeddings:
+        from service.models.encoder import Encoder
+
+        from .biencoder import embed_xquad
+
+        return embed_xquad(Encoder(path, device=self.cfg.torch_device(), home=self.cfg.home), self.cfg.home / "cache")
+
+    def scorer(self, reranker, texts: Texts) -> Scorer:
+        """The cross-encoder's scorer, cached on disk under :func:`score_identity` unless ``--no-cache``."""
+        scorer = cross_encoder_scorer(reranker, texts)
+        if not self.options.cache:
+            return scorer
+        return cached_scorer(scorer, self.cfg.home / "cache", score_identity(reranker, self.options.max_length))
+
+    def evaluate(self) -> tuple[dict, dict]:
+        from service.models.base_model import ensure_base_model
+        from service.models.engine import EngineOptions
+        from service.models.reranker import CrossEncoderReranker
+
+        o, emb, results, runs = self.options, self._embeddings(self.retriever), {}, {}
+        if o.reference:
+            name = f"no reranker ({self.retriever.name} cosine)"
+            results[name] = evaluate_reranker(cosine_scorer(emb), emb, o.max_questions)
+        for other in o.cosine:
+            path = ensure_base_model(self.cfg.home) if other == "base" else Path(other)
+            results[f"{path.name} cosine"] = evaluate_reranker(
+                cosine_scorer(self._embeddings(path)), emb, o.max_questions
+            )
+        texts = load_texts()
+        for path in self.models:
+            reranker = CrossEncoderReranker(
+                path, device=self.cfg.torch_device(), max_length=o.max_length, home=self.cfg.home,
+                options=EngineOptions(precision=o.precision),
+            )  # fmt: skip
+            results[Path(path).name] = evaluate_reranker(self.scorer(reranker, texts), emb, o.max_questions)
+            runs[Path(path).name] = training_summary(Path(path))
+            del reranker
+        return results, runs
+
+    def run(self) -> Report:
+        results, runs = self.evaluate()
+        table = markdown(results)
+        if len(self.models) > 1:
+            table = markdown_ablation(results, runs) + "\n\n" + table
+        data = {
+            "retriever": str(self.retriever),
+            "max_length": self.options.max_length,
+            "runs": runs,
+            "results": results,
+        }
+        figures = {f"top1-languages-{_slug(name)}.png": heatmap_png(r, name) for name, r in results.items()}
+        report = Report(table, data, figures)
+        report.write(self.options.out)
+        if self.options.card:
+            self.write_cards(results, table)
+        return report
+
+    def write_cards(self, results: dict, table: str) -> None:
+        """The table into each model's card and its numbers (with the reference row) into
+        ``eval_results.json`` (what the score regressions pin)."""
+        for path in self.models:
+            write_card_section(Path(path), EVAL_HEADING, f"Retriever: `{self.retriever.name}`.\n\n{table}\n")
+            name = Path(path).name
+            scores = {k: v for k, v in results.items() if k == name or k.startswith("no reranker")}
+            atomic_write_text(Path(path) / "eval_results.json", json.dumps(scores, indent=2) + "\n")
+
+
+def _slug(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "-" for c in name)
