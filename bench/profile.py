@@ -68,11 +68,16 @@ def search_profile(home: Path | None, queries: list[str], repeats: int = 40) -> 
     cfg = ServiceSettings(generator="none", **({"home": home} if home else {}))
     pipe = load_components(cfg).pipeline
     qv = pipe.encoder.encode_queries(queries[:1])
-    rows = pipe._search_rows(qv, 10, None)[1][0].tolist()
+    p, k = pipe.search_params, min(10, pipe.index.size)
+
+    def faiss():  # what Pipeline.search asks of the index when no language filter is given
+        return pipe.index.search(qv, k, ef_search=p.ef_search, nprobe=p.nprobe)
+
+    rows = faiss()[1][0].tolist()
     stages = {
         "language id (lingua)": lambda q: pipe.langid.detect(q),
         "encode 1 query": lambda q: pipe.encoder.encode_queries([q]),
-        "FAISS search k=10": lambda q: pipe._search_rows(qv, 10, None),
+        "FAISS search k=10": lambda q: faiss(),
         "docstore fetch 10": lambda q: pipe.index.docs.get_rows(rows),
         "whole pipeline.search": lambda q: pipe.search(q, SearchOptions(k=10)),
     }

@@ -139,6 +139,11 @@ class Pipeline:
         self._doc_langs = np.array(index.docs.langs(), dtype=object)
         self._doc_groups = index.docs.groups()
 
+    @property
+    def doc_langs(self) -> np.ndarray:
+        """Language of every indexed document, in row order (``None`` where unknown)."""
+        return self._doc_langs
+
     def replace(self, **changes) -> Pipeline:
         """A pipeline sharing these components except ``changes`` (e.g. another generator)."""
         parts = dict(encoder=self.encoder, index=self.index, reranker=self.reranker, generator=self.generator,

@@ -20,8 +20,8 @@ from ..pipeline import Limits, Pipeline, SearchParams
 from . import errors
 from . import protocol as P
 from .handlers import Handlers
-from .metrics import Metrics, MetricsMiddleware
 from .middleware import GuardMiddleware, RequestIdMiddleware
+from .prometheus import Metrics, MetricsMiddleware
 
 log = logging.getLogger("samelang")
 

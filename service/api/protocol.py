@@ -151,6 +151,15 @@ class RerankDocument(_Strict):
 
 
 class RerankRequest(_Strict):
+    """``POST /rerank``: the configured reranker's score of ``query`` against each of ``documents``.
+
+    No request-level ``lang`` (an early version accepted one and ignored it): the reranker scores each
+    (query, document) pair from the two texts alone, so a declared query language could change neither a
+    score nor the order, and the languages a response reports are the documents' own (a document object's
+    ``lang``, else detected). Unknown fields are refused, so a client still sending it gets a 422 naming
+    the field (``lang: Extra inputs are not permitted``) instead of an option that silently does nothing.
+    """
+
     query: Query = Field(...)
     documents: list[
         Annotated[

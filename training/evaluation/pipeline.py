@@ -294,7 +294,7 @@ class PipelineEvaluation:
         for t in TARGETS:
             if t not in by_lang:
                 continue
-            pool_rows = np.flatnonzero(np.isin(pipe._doc_langs, ["en", t]))
+            pool_rows = np.flatnonzero(np.isin(pipe.doc_langs, ["en", t]))
             col = {int(rw): j for j, rw in enumerate(pool_rows)}
             for ql in ("en", t):
                 qs = [self.queries[by_lang[ql] * self.n_per_lang + p] for p in positions]

@@ -41,6 +41,14 @@ def test_rerank_limits(client):
     assert r.status_code == 422 and "rerank_k" in r.json()["detail"]
 
 
+def test_rerank_has_no_request_level_lang(client):
+    """It could not change a score (see ``RerankRequest``): refused by name, not silently ignored."""
+    r = client.post("/rerank", json={"query": "q", "documents": ["d"], "lang": "en"})
+    assert r.status_code == 422 and r.json()["detail"] == "lang: Extra inputs are not permitted"
+    r = client.post("/rerank", json={"query": "q", "documents": [{"text": "d", "lang": "en"}]})
+    assert r.status_code == 200 and r.json()["results"][0]["lang"] == "en"
+
+
 def test_transport_level_errors(client):
     r = client.post("/search", content=b'{"query": ', headers={"content-type": "application/json"})
     assert r.status_code == 400 and r.json()["error"] == "malformed_json"

@@ -1,4 +1,6 @@
-"""Prometheus metrics: requests and latency per route, batch sizes."""
+"""Prometheus metrics behind ``GET /metrics``: requests and latency per route, batch sizes, cancelled work.
+
+Operational counters only; the ranking metrics (nDCG, Max@R, ...) live in :mod:`service.metrics`."""
 
 from __future__ import annotations
 
