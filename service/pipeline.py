@@ -355,15 +355,48 @@ class Pipeline:
         """Rank the pool for each labelled query exactly as :meth:`search` serves it (candidates,
         reranking, versions listed after their hit) and audit the lists (Max@R, Max@R_norm,
         Comp@10, top-1 language) with :mod:`service.metrics.audit`."""
-        n, lim = self.index.size, self.limits
+        row_of = self._check_diagnose(queries, opts, field_name)
+        n = self.index.size
+        depth = min(k or n, n, MAX_DIAGNOSE_DEPTH)
+        qvecs = self.encoder.encode_queries([q.query for q in queries])  # one batched pass
+        rankings, qlangs = [], []
+        for q, qvec in zip(queries, qvecs):
+            work.check()  # a spent budget or a gone client stops the audit between queries
+            r = self.search(q.query, replace(opts, k=depth, lang=q.lang or None), qvec=qvec[None, :])
+            rankings.append([row for h in r.hits for row in h.rows][:depth])
+            qlangs.append(r.query_lang)
+        S = A.score_matrix(rankings, n)
+        R = np.zeros_like(S)
+        for i, q in enumerate(queries):
+            R[i, [row_of[x] for x in q.relevant]] = 1
+        au = A.audit_lists(S, R)
+        top1_langs = [self._doc_langs[t] if au.ranked[i, t] else None for i, t in enumerate(au.top1)]
+        ql = np.array([x or "und" for x in qlangs], dtype=object)
+        matrix, rows_l, cols_l = M.top1_language_matrix(
+            S, ql, np.array([x or "und" for x in self._doc_langs], dtype=object)
+        )
+        return {
+            "pool_size": n,
+            "k": depth,
+            "aggregate": au.aggregate(np.ones(len(queries), bool), qlangs, top1_langs),
+            "per_query_lang": {x: au.aggregate(ql == x, qlangs, top1_langs) for x in sorted(set(ql.tolist()))},
+            "top1_lang_matrix": {
+                r: {c: float(matrix[a, b]) for b, c in enumerate(cols_l)} for a, r in enumerate(rows_l)
+            },
+            "queries": self._per_query(queries, qlangs, au, row_of, top1_langs),
+        }
+
+    def _check_diagnose(self, queries: list[A.LabelledQuery], opts: SearchOptions, field_name: str) -> dict[str, int]:
+        """The request's limits (a 4xx naming the field before any work), and the pool row of
+        every relevant id."""
+        lim = self.limits
         if len(queries) > lim.max_diagnose_queries:
             raise BadRequest(
                 field_name.split("[")[0] if field_name != "pair" else "split",
                 f"{len(queries)} queries, at most {lim.max_diagnose_queries} per request "
                 "(send labelled queries in parts, or a smaller split)",
             )
-        rerank = self.defaults.rerank if opts.rerank is None else opts.rerank
-        if rerank:
+        if self.defaults.rerank if opts.rerank is None else opts.rerank:
             rk = opts.rerank_k or self.defaults.rerank_k
             pairs = len(queries) * rk
             if pairs > lim.max_rerank_pairs:
@@ -377,23 +410,12 @@ class Pipeline:
         missing = [rid for rid in rel_ids if rid not in row_of]
         if missing:
             raise BadRequest(field_name, f"{len(missing)} relevant ids are not in the served index, e.g. {missing[:3]}")
-        depth = min(k or n, n, MAX_DIAGNOSE_DEPTH)
-        qvecs = self.encoder.encode_queries([q.query for q in queries])  # one batched pass
-        rankings, qlangs = [], []
-        for q, qvec in zip(queries, qvecs):
-            work.check()  # a spent budget or a gone client stops the audit between queries
-            r = self.search(q.query, replace(opts, k=depth, lang=q.lang or None), qvec=qvec[None, :])
-            rows = [row for h in r.hits for row in h.rows][:depth]
-            rankings.append(rows)
-            qlangs.append(r.query_lang)
-        S = A.score_matrix(rankings, n)
-        R = np.zeros_like(S)
-        for i, q in enumerate(queries):
-            R[i, [row_of[x] for x in q.relevant]] = 1
-        au = A.audit_lists(S, R)
-        top1_langs = [self._doc_langs[t] if au.ranked[i, t] else None for i, t in enumerate(au.top1)]
+        return row_of
+
+    def _per_query(self, queries, qlangs, au, row_of, top1_langs) -> list[dict]:
+        """Each query's audit: its relevant ids' ranks, Max@R (None when censored), Comp@10, top-1."""
         top1_ids = self.index.docs.get_rows([int(t) for t in au.top1])
-        per_query = [
+        return [
             {
                 "query": q.query,
                 "lang": qlangs[i],
@@ -409,20 +431,6 @@ class Pipeline:
             }
             for i, q in enumerate(queries)
         ]
-        ql = np.array([x or "und" for x in qlangs], dtype=object)
-        matrix, rows_l, cols_l = M.top1_language_matrix(
-            S, ql, np.array([x or "und" for x in self._doc_langs], dtype=object)
-        )
-        return {
-            "pool_size": n,
-            "k": depth,
-            "aggregate": au.aggregate(np.ones(len(queries), bool), qlangs, top1_langs),
-            "per_query_lang": {x: au.aggregate(ql == x, qlangs, top1_langs) for x in sorted(set(ql.tolist()))},
-            "top1_lang_matrix": {
-                r: {c: float(matrix[a, b]) for b, c in enumerate(cols_l)} for a, r in enumerate(rows_l)
-            },
-            "queries": per_query,
-        }
 
 
 def build_prompt(query: str, passages: list[str]) -> str:

@@ -78,29 +78,9 @@ class GuardMiddleware:
             return await _send_error(
                 send, 413, "payload_too_large", f"body: {int(declared)} bytes, at most {self.max_body} bytes", (), scope
             )
-        chunks, size = [], 0
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.body_timeout
-        while True:
-            try:  # a body that trickles in (or never ends) must not hold a worker forever
-                msg = await asyncio.wait_for(receive(), timeout=max(0.0, deadline - loop.time()))
-            except TimeoutError:
-                return await _send_error(
-                    send, 408, "request_timeout", f"body: not received within {self.body_timeout:g} s",
-                    [(b"connection", b"close")], scope,
-                )  # fmt: skip
-            if msg["type"] == "http.disconnect":
-                return
-            chunk = msg.get("body", b"")
-            size += len(chunk)
-            if size > self.max_body:
-                return await _send_error(
-                    send, 413, "payload_too_large", f"body: more than {self.max_body} bytes", (), scope
-                )
-            chunks.append(chunk)
-            if not msg.get("more_body"):
-                break
-        body = b"".join(chunks)
+        body = await self._read_body(receive, send, scope)
+        if body is None:
+            return
         try:
             body.decode("utf-8")
         except UnicodeDecodeError as e:
@@ -117,3 +97,29 @@ class GuardMiddleware:
             return await receive()
 
         return await self.app(scope, replay, send)
+
+    async def _read_body(self, receive, send, scope) -> bytes | None:
+        """The whole body within ``max_body`` bytes and ``body_timeout`` seconds; ``None`` when an
+        error went out instead (413, 408) or the client left."""
+        chunks, size = [], 0
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.body_timeout
+        while True:
+            try:  # a body that trickles in (or never ends) must not hold a worker forever
+                msg = await asyncio.wait_for(receive(), timeout=max(0.0, deadline - loop.time()))
+            except TimeoutError:
+                await _send_error(
+                    send, 408, "request_timeout", f"body: not received within {self.body_timeout:g} s",
+                    [(b"connection", b"close")], scope,
+                )  # fmt: skip
+                return None
+            if msg["type"] == "http.disconnect":
+                return None
+            chunk = msg.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body:
+                await _send_error(send, 413, "payload_too_large", f"body: more than {self.max_body} bytes", (), scope)
+                return None
+            chunks.append(chunk)
+            if not msg.get("more_body"):
+                return b"".join(chunks)

@@ -130,42 +130,17 @@ def evaluate_reranker(scorer: Scorer, emb: Embeddings, max_questions: int | None
             for lst in cands[ql]:
                 needed.update(Pair(ql, i, dl, p) for dl, p in lst[i])
     keys = sorted(needed)
-    values = scorer(keys)
-    S = dict(zip(keys, values, strict=True))
+    S = dict(zip(keys, scorer(keys), strict=True))
 
-    oracle_rows, retrieved, mono = {}, {}, {}
-    all_scores, all_ql = [], []
+    oracle_rows, retrieved, mono, all_scores, all_ql = {}, {}, {}, [], []
     for ql in langs:
         so = np.array([[S[Pair(ql, i, dl, int(gold[i]))] for dl in langs] for i in range(n_q)])
-        ro = np.zeros_like(so)
-        ro[:, langs.index(ql)] = 1
-        oracle_rows[ql] = {
-            "ndcg_at_1": 100 * float(M.ndcg_at_k(so, ro, 1).mean()),
-            "ndcg_at_10": 100 * float(M.ndcg_at_k(so, ro, 10).mean()),
-            "mrr_at_10": 100 * float(M.mrr_at_k(so, ro, 10).mean()),
-            "mean_rank_same_lang": float(M.rank_of(so, np.full(n_q, langs.index(ql))).mean()),
-        }
+        oracle_rows[ql] = _oracle_metrics(so, langs.index(ql))
         all_scores.append(so)
         all_ql += [ql] * n_q
-        for name, idx, store in (("all", 0, retrieved), ("own", 1, mono)):
-            lists = [cands[ql][idx][i] for i in range(n_q)]
-            sr = np.array([[S[Pair(ql, i, dl, p)] for dl, p in lists[i]] for i in range(n_q)])
-            rr = np.array([[float(dl == ql and p == gold[i]) for dl, p in lists[i]] for i in range(n_q)])
-            found = rr.sum(1) > 0
-            # the relevant paragraph, when the retriever missed it, sits below every candidate (rank 21)
-            sr = np.concatenate([sr, np.full((n_q, 1), -np.inf)], axis=1)
-            rr = np.concatenate([rr, (~found)[:, None].astype(float)], axis=1)
-            if name == "all":
-                store[ql] = {
-                    "recall_at_20": 100 * float(found.mean()),
-                    "ndcg_at_1": 100 * float(M.ndcg_at_k(sr, rr, 1).mean()),
-                    "ndcg_at_10": 100 * float(M.ndcg_at_k(sr, rr, 10).mean()),
-                    "mrr_at_10": 100 * float(M.mrr_at_k(sr, rr, 10).mean()),
-                }
-            else:
-                store[ql] = {"ndcg_at_10": 100 * float(M.ndcg_at_k(sr, rr, 10).mean())}
-    scores = np.concatenate(all_scores)
-    matrix, rows, cols = M.top1_language_matrix(scores, all_ql, langs, langs)
+        retrieved[ql] = _list_metrics(S, ql, cands[ql][0], gold)
+        mono[ql] = {"ndcg_at_10": _list_metrics(S, ql, cands[ql][1], gold)["ndcg_at_10"]}
+    matrix, rows, cols = M.top1_language_matrix(np.concatenate(all_scores), all_ql, langs, langs)
 
     def avg(d: dict, metric: str) -> float:
         return float(np.mean([v[metric] for v in d.values()]))
@@ -183,6 +158,35 @@ def evaluate_reranker(scorer: Scorer, emb: Embeddings, max_questions: int | None
             **{m: avg(retrieved, m) for m in ("recall_at_20", "ndcg_at_1", "ndcg_at_10", "mrr_at_10")},
         },
         "mono_same": {"per_lang": mono, "ndcg_at_10": avg(mono, "ndcg_at_10")},
+    }
+
+
+def _oracle_metrics(so: np.ndarray, same: int) -> dict:
+    """Oracle task: the gold paragraph in every language; relevant = column ``same`` (the query's)."""
+    ro = np.zeros_like(so)
+    ro[:, same] = 1
+    return {
+        "ndcg_at_1": 100 * float(M.ndcg_at_k(so, ro, 1).mean()),
+        "ndcg_at_10": 100 * float(M.ndcg_at_k(so, ro, 10).mean()),
+        "mrr_at_10": 100 * float(M.mrr_at_k(so, ro, 10).mean()),
+        "mean_rank_same_lang": float(M.rank_of(so, np.full(len(so), same)).mean()),
+    }
+
+
+def _list_metrics(S: dict, ql: str, lists: list, gold: np.ndarray) -> dict:
+    """Retrieved-candidates task: each query's top-20 reranked; relevant = the gold paragraph in
+    the query's language. When the retriever missed it, it sits below every candidate (rank 21)."""
+    n_q = len(gold)
+    sr = np.array([[S[Pair(ql, i, dl, p)] for dl, p in lists[i]] for i in range(n_q)])
+    rr = np.array([[float(dl == ql and p == gold[i]) for dl, p in lists[i]] for i in range(n_q)])
+    found = rr.sum(1) > 0
+    sr = np.concatenate([sr, np.full((n_q, 1), -np.inf)], axis=1)
+    rr = np.concatenate([rr, (~found)[:, None].astype(float)], axis=1)
+    return {
+        "recall_at_20": 100 * float(found.mean()),
+        "ndcg_at_1": 100 * float(M.ndcg_at_k(sr, rr, 1).mean()),
+        "ndcg_at_10": 100 * float(M.ndcg_at_k(sr, rr, 10).mean()),
+        "mrr_at_10": 100 * float(M.mrr_at_k(sr, rr, 10).mean()),
     }
 
 
