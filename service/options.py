@@ -79,7 +79,7 @@ def _unwrap(annotation: Any) -> tuple[Any, bool]:
 def _default_text(field: FieldInfo) -> str | None:
     if field.default_factory is not None:
         return None
-    if field.default is None or field.is_required():
+    if field.default in (None, "") or field.is_required():
         return None
     if isinstance(field.default, bool):
         return "on" if field.default else "off"
@@ -103,7 +103,9 @@ def _parameter(cls: type[BaseSettings], name: str, field: FieldInfo) -> inspect.
     help_text = option_help(cls, name)
     extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
     decls = [flag, *extra.get("cli_aliases", ())]
-    if typ is bool:
+    if extra.get("cli_argument"):
+        option = typer.Argument(None, help=help_text, show_default=False)
+    elif typ is bool:
         option = typer.Option(None, f"{flag}/--no-{flag[2:]}", help=help_text, show_default=False)
     else:
         option = typer.Option(None, *decls, help=help_text, show_default=False)
@@ -121,8 +123,12 @@ def build(cls: type[S], given: dict[str, Any]) -> S:
     except ValidationError as e:
         first = e.errors()[0]
         name = str(first["loc"][0]) if first["loc"] else ""
-        where = f"{flag_name(name)} / {env_name(cls, name)}" if name in cls.model_fields else "options"
-        raise typer.BadParameter(f"{where}: {first['msg']}") from None
+        aliases = {env_name(cls, n): n for n in cls.model_fields}
+        name = aliases.get(name, name)
+        message = first["msg"].removeprefix("Value error, ")
+        if name in cls.model_fields:
+            message = f"{flag_name(name)} / {env_name(cls, name)}: {message}"
+        raise typer.BadParameter(message) from None
 
 
 def command(cls: type[S], *, skip: Iterable[str] = ()) -> Callable[[Callable[[S], Any]], Callable[..., Any]]:
