@@ -167,16 +167,16 @@ def _flag_value(value: Any) -> list[str]:
 
 
 def reproduce_command(prog: str, options: BaseSettings, *, skip: Iterable[str] = (), first: Iterable[str] = ()) -> str:
-    """``prog`` and every option whose value differs from its default (required ones, and the
-    ``first`` ones, always, in front): the exact command, shell-quoted, that :func:`parse_options`
-    reads back to ``options``."""
+    """``prog`` and every option's value (the ``first`` ones in front; ``skip`` and unset ones
+    left out): the exact command, shell-quoted, that :func:`parse_options` reads back to
+    ``options``. Defaults are written out too, so that the command means the same run after a
+    default changes."""
     parts = shlex.split(prog)
     skipped, lead = set(skip), list(first)
     fields = type(options).model_fields
     for name in lead + [n for n in fields if n not in lead]:
-        field, value = fields[name], getattr(options, name)
-        default = not field.is_required() and field.default_factory is None and value == field.default
-        if name in skipped or value is None or (default and name not in lead):
+        value = getattr(options, name)
+        if name in skipped or value is None:
             continue
         if isinstance(value, bool):
             parts.append(flag_name(name) if value else f"--no-{flag_name(name)[2:]}")

@@ -18,3 +18,26 @@ def test_card_evaluation_section_is_replaced_and_neighbours_kept(tmp_path):
     fresh.mkdir()
     write_card_section(fresh, EVAL_HEADING, "t\n")
     assert (fresh / "README.md").read_text() == f"# fresh\n\n{EVAL_HEADING}\n\nt\n"
+
+
+def test_shipped_cards_reproduce_their_training_args():
+    """The last command of each shipped card's recipe reads back (through the CLI's own parser)
+    to the options its training_args.json recorded: what changes the model, exactly."""
+    import json
+    import shlex
+    from pathlib import Path
+
+    from service.options import parse_options
+    from training.biencoder import BiencoderArgs
+    from training.loop import OPERATIONAL
+    from training.reranker import RerankerArgs
+
+    models = Path(__file__).resolve().parents[2] / "models"
+    for folder, cls in ((models / "e5-small-aligned", BiencoderArgs), (models / "lamar-e5-small", RerankerArgs)):
+        card = (folder / "README.md").read_text()
+        command = card.split("```bash\n")[1].split("```")[0].strip().splitlines()[-1]
+        parsed = parse_options(cls, shlex.split(command)[3:]).saved()
+        saved = json.loads((folder / "training_args.json").read_text())
+        assert {k: v for k, v in parsed.items() if k not in OPERATIONAL} == {
+            k: saved[k] for k in parsed if k not in OPERATIONAL
+        }, folder.name
