@@ -29,7 +29,7 @@ def models_prepare(
     path = prepare_base_model(cfg.home, force=force)
     typer.echo(f"base model: {path}")
     if generator:
-        from .models.generator import prepare_generator
+        from .models.gemma_checkpoint import prepare_generator
 
         typer.echo(f"generator: {prepare_generator(cfg.home, force=force)}")
 
@@ -37,7 +37,8 @@ def models_prepare(
 @models_app.command("info")
 def models_info(home: Path = typer.Option(None, help=HOME_HELP, show_default=False)) -> None:
     """Show the prepared models' manifests."""
-    from .models.base_model import base_model_dir, read_manifest
+    from .models.base_model import base_model_dir
+    from .models.folder import read_manifest
 
     cfg = settings(home=home)
     manifest = read_manifest(base_model_dir(cfg.home))
@@ -51,9 +52,7 @@ def models_info(home: Path = typer.Option(None, help=HOME_HELP, show_default=Fal
 index_app = typer.Typer(help="Build and inspect multilingual FAISS indexes.", no_args_is_help=True)
 
 
-def _encoder(
-    model: Path | None, home: Path | None, device: str | None, batch_size: int = 32, precision: str | None = None
-):
+def _encoder(model: Path | None, home: Path | None, device: str | None, precision: str | None = None):
     from .config import settings as _s
     from .models.encoder import Encoder
     from .models.registry import default_biencoder
@@ -62,7 +61,6 @@ def _encoder(
     return Encoder(
         model or default_biencoder(cfg.home),
         device=cfg.torch_device(),
-        batch_size=batch_size,
         home=cfg.home,
         options=cfg.engine_options(),
     )
@@ -106,7 +104,7 @@ def index_build(
         docs, source = load_documents_jsonl(input), f"jsonl:{input}"
     else:
         raise typer.BadParameter(f"--corpus must be xquad or jsonl, got {corpus!r}")
-    enc = _encoder(model, home, device, batch_size, precision)
+    enc = _encoder(model, home, device, precision)
     detect = (lambda texts: get_identifier().detect_many(texts)) if any(not d.lang for d in docs) else None
     manifest = build_index(out, docs, enc.encode_passages, enc.info, spec, detect, batch_size, source)
     typer.echo(json.dumps({"out": str(out), "n_docs": manifest["n_docs"], "counts": manifest["counts_per_lang"]}))
@@ -128,7 +126,7 @@ def index_add(
     from indexes.langid import get_identifier
 
     docs = load_documents_jsonl(input)
-    enc = _encoder(model, home, device, batch_size, precision)
+    enc = _encoder(model, home, device, precision)
     manifest = add_documents(
         path, docs, enc.encode_passages, enc.info, lambda t: get_identifier().detect_many(t), batch_size
     )
@@ -195,7 +193,7 @@ def serve(
     from .api.app import create_app
     from .config import ServiceSettings
     from .models.encoder import Encoder
-    from .models.generator import prepare_generator
+    from .models.gemma_checkpoint import prepare_generator
     from .models.registry import default_biencoder, ensure_demo_index
 
     flags = dict(host=host, port=port, index=index, demo_langs=demo_langs, model=model, reranker=reranker,

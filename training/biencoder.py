@@ -21,9 +21,9 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from indexes.atomic import atomic_write_text
 from indexes.corpora import load_xquad
 from service import metrics as M
+from service.models import folder
 from service.models.base_model import PASSAGE_PREFIX, QUERY_PREFIX, ensure_base_model
 
 from . import loop
@@ -199,7 +199,7 @@ def _save_final(args: BiencoderArgs, module, base: str, history, seconds: float,
     counts = {"n_triplets": n_triplets}
     training_args = loop.write_run_files(final, args, base, history, seconds, world, counts, kind, weights)
     loop.replace_contents(final, args.out)
-    atomic_write_text(args.out / "README.md", model_card(args, training_args, None))
+    folder.write_card(args.out, model_card(args, training_args, None))
 
 
 def model_card(args: BiencoderArgs, training_args: dict, eval_markdown: str | None) -> str:

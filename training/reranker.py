@@ -28,9 +28,9 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from indexes.atomic import atomic_write_text
 from indexes.corpora import XQUAD_LANGS, load_xquad
 from service.config import settings
+from service.models import folder
 from service.models.base_model import ensure_base_model
 
 from . import loop
@@ -68,10 +68,6 @@ class RerankerArgs(loop.TrainerArgs):
             raise ValueError("--stage 2 continues from a stage-1 model: pass --init DIR")
 
 
-def is_adapter(path) -> bool:
-    return (Path(path) / "adapter_config.json").exists()
-
-
 class RerankerModule(torch.nn.Module):
     """Tokeniser + sequence classifier (one logit per (query, document) pair)."""
 
@@ -80,14 +76,14 @@ class RerankerModule(torch.nn.Module):
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
         init = args.init or str(ensure_base_model(home))
-        base = str(ensure_base_model(home)) if is_adapter(init) else init
+        base = str(ensure_base_model(home)) if folder.is_adapter(init) else init
         self.tokenizer = AutoTokenizer.from_pretrained(base)
         # dropout off in the encoder (3-4x slower attention on CPU); LoRA has its own
         model = AutoModelForSequenceClassification.from_pretrained(
             base, num_labels=1, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0
         )
         torch.manual_seed(args.seed)  # the new head's initialisation is part of the run's seed
-        if is_adapter(init):
+        if folder.is_adapter(init):
             from peft import PeftModel
 
             model = PeftModel.from_pretrained(model, init, is_trainable=True)
@@ -155,9 +151,7 @@ def teacher_name(args: RerankerArgs, home: Path) -> str:
     """The teacher's identity in the score cache: the base model's fingerprint for ``cosine``."""
     if args.teacher != "cosine":
         return "cross-encoder:" + str(args.teacher)
-    from service.models.encoder import model_fingerprint
-
-    return "cosine:" + model_fingerprint(ensure_base_model(home))[:12]
+    return "cosine:" + folder.model_fingerprint(ensure_base_model(home))[:12]
 
 
 def teacher_scores(args: RerankerArgs, data: list[DistillInstance], home: Path, device: str) -> np.ndarray:
@@ -288,7 +282,7 @@ def _save_final(args: RerankerArgs, module: RerankerModule, history, seconds: fl
     for cfg in getattr(module.model, "peft_config", {}).values():
         cfg.base_model_name_or_path = module.base  # a real path while saving; the card's name is written below
     module.model.save_pretrained(final)
-    adapter = (final / "adapter_config.json").exists()
+    adapter = folder.is_adapter(final)
     if adapter:
         weights = loop.finish_adapter_config(final)
     else:
@@ -299,7 +293,7 @@ def _save_final(args: RerankerArgs, module: RerankerModule, history, seconds: fl
         final, args, module.base, history, seconds, world, {"n_instances": n, "steps": len(history)}, kind, weights
     )
     loop.replace_contents(final, args.out)
-    atomic_write_text(args.out / "README.md", model_card(args, training_args))
+    folder.write_card(args.out, model_card(args, training_args))
 
 
 def reproduce_command(args: RerankerArgs) -> str:
@@ -319,13 +313,11 @@ def reproduce_command(args: RerankerArgs) -> str:
 def full_recipe(args: RerankerArgs) -> str:
     """The command(s) that rebuild this model: for stage 2, the stage-1 command read from
     ``--init``'s ``training_args.json`` first, then this one."""
-    import json
     from dataclasses import fields
 
     lines = [reproduce_command(args)]
-    init_args = Path(args.init or "") / "training_args.json"
-    if args.stage == 2 and init_args.exists():
-        saved = json.loads(init_args.read_text())
+    saved = folder.read_training_args(args.init) if args.stage == 2 and args.init else None
+    if saved is not None:
         names = {f.name for f in fields(RerankerArgs)}
         stage1 = RerankerArgs(**{k: v for k, v in saved.items() if k in names and k != "out"}, out=Path(saved["out"]))
         lines.insert(0, reproduce_command(stage1))

@@ -37,8 +37,8 @@ class Embeddings:
 def embed_xquad(encoder, cache_dir: Path | None = None, langs=XQUAD_LANGS) -> Embeddings:
     """Embed every paragraph and every test question (cached by the model's fingerprint and, past
     fp32, its precision)."""
-    numerics = getattr(encoder, "numerics", "fp32")
-    tag = "" if numerics == "fp32" else f":{numerics}"
+    precision = getattr(encoder, "precision", "fp32")
+    tag = "" if precision == "fp32" else f":{precision}"
     key = hashlib.sha256(f"{encoder.fingerprint}:{','.join(langs)}:v1{tag}".encode()).hexdigest()[:20]
     cache = Path(cache_dir) / f"xquad-emb-{key}.npz" if cache_dir else None
     index_of = {p.group: i for i, p in enumerate(load_xquad(["en"]).paragraphs)}

@@ -213,7 +213,7 @@ class PipelineEvaluation:
         out = {}
         for name, path in self.cross_encoders.items():
             ce = CrossEncoderReranker(path, home=self.home, options=EngineOptions(precision=self.precision))
-            ident = f"{ce.fingerprint}|{ce.numerics}|max_length=256|{SCORE_CACHE_VERSION}"
+            ident = f"{ce.fingerprint}|{ce.precision}|max_length=256|{SCORE_CACHE_VERSION}"
             key = hashlib.sha256(ident.encode()).hexdigest()[:20]
             file = self.home / "cache" / f"pipeline-scores-{key}.npz" if self.cache else None
             out[name] = CachedReranker(ce, file)
@@ -222,7 +222,7 @@ class PipelineEvaluation:
 
     def pipeline(self, r: Retriever, reranker, strategy: str, memo: bool = True) -> Pipeline:
         from indexes.langid import get_identifier
-        from service.models.generators import NoGenerator
+        from service.models.generation import NoGenerator
         from service.models.reranker import CosineReranker
 
         enc = r.memo if memo else r.encoder

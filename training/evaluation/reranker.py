@@ -207,14 +207,13 @@ def markdown(results: dict[str, dict]) -> str:
 
 def training_summary(model_dir) -> dict:
     """What an ablation row needs from a trained model's ``training_args.json`` / ``history.json``."""
-    import json
-    from pathlib import Path
+    from service.models import folder
 
-    folder = Path(model_dir)
-    if not (folder / "training_args.json").exists():
+    a = folder.read_training_args(model_dir)
+    if a is None:
         return {}
-    a = json.loads((folder / "training_args.json").read_text())
-    steps = len(json.loads((folder / "history.json").read_text())) if (folder / "history.json").exists() else None
+    history = folder.read_history(model_dir)
+    steps = len(history) if history is not None else None
     out = {k: a.get(k) for k in ("stage", "objective", "lambda_lc", "teacher", "batch_size", "lr", "max_length")}
     return {**out, "steps": steps, "instances": a.get("n_instances"), "train_seconds": a.get("train_seconds")}
 
