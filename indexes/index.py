@@ -214,7 +214,8 @@ def current_generation(path: Path) -> Path:
     return gen
 
 
-def read_manifest(path: Path) -> dict:
+def read_index_manifest(path: Path) -> dict:
+    """The manifest of the index's current generation (the index's record, not a model's)."""
     return json.loads((current_generation(path) / "manifest.json").read_text())
 
 
@@ -449,5 +450,5 @@ def index_info(path: Path) -> dict:
 __all__ = [
     "CURRENT", "IndexBusy", "IndexModelMismatch", "IndexNotFound", "ModelInfo", "OpenIndex", "add_documents",
     "build_index", "live_identity", "writer_lock",
-    "check_model", "current_generation", "index_info", "open_index", "read_manifest",
+    "check_model", "current_generation", "index_info", "open_index", "read_index_manifest",
 ]  # fmt: skip

@@ -23,7 +23,7 @@ def models_prepare(cfg: ModelsOptions) -> None:
 
     typer.echo(f"base model: {prepare_base_model(cfg.home, force=cfg.force)}")
     if cfg.generator:
-        from .models.generator import prepare_generator
+        from .models.gemma_checkpoint import prepare_generator
 
         typer.echo(f"generator: {prepare_generator(cfg.home, force=cfg.force)}")
 
@@ -31,7 +31,8 @@ def models_prepare(cfg: ModelsOptions) -> None:
 @models_app.command("info")
 def models_info(home: Path = typer.Option(None, help=HOME_HELP, show_default=False)) -> None:
     """Show the prepared models' manifests."""
-    from .models.base_model import base_model_dir, read_manifest
+    from .models.base_model import base_model_dir
+    from .models.folder import read_manifest
 
     cfg = settings(home=home)
     manifest = read_manifest(base_model_dir(cfg.home))
@@ -108,7 +109,7 @@ def serve(cfg: ServiceSettings) -> None:
 
     from .api.app import create_app
     from .models.encoder import Encoder
-    from .models.generator import prepare_generator
+    from .models.gemma_checkpoint import prepare_generator
     from .models.registry import default_biencoder, ensure_demo_index
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -34,7 +34,7 @@ class Settings(BaseSettings):
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="torch device for the encoders")
     threads: int | None = Field(None, ge=1, description="intra-op threads of torch / ONNX Runtime (default: all cores)")
     precision: Literal["auto", "fp32", "bf16", "fp16", "int8"] = Field(
-        "auto", description="encoder numerics; auto: the precision the model card recorded (else fp32)"
+        "auto", description="encoder precision; auto: the precision the model card recorded (else fp32)"
     )
     backend: Literal["auto", "torch", "onnx"] = Field(
         "auto", description="auto: ONNX Runtime on CPU for fp32/int8 when installed, else torch"

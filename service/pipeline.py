@@ -29,7 +29,7 @@ from .config import ServiceSettings
 from .errors import AnswerUnavailable, BadRequest
 from .metrics import audit as A
 from .models.encoder import Encoder
-from .models.generators import GeneratorUnavailable
+from .models.generation import GeneratorUnavailable
 
 MAX_DIAGNOSE_DEPTH = 10000
 READER, ANY = "reader", "any"

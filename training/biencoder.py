@@ -22,10 +22,10 @@ import torch.nn.functional as F
 from pydantic import Field
 from tqdm.auto import tqdm
 
-from indexes.atomic import atomic_write_text
 from indexes.corpora import load_xquad
 from service import metrics as M
 from service import options
+from service.models import folder
 from service.models.base_model import PASSAGE_PREFIX, QUERY_PREFIX, ensure_base_model
 
 from . import loop
@@ -199,7 +199,7 @@ def _save_final(args: BiencoderArgs, module, base: str, history, seconds: float,
     counts = {"n_triplets": n_triplets}
     training_args = loop.write_run_files(final, args, base, history, seconds, world, counts, kind, weights)
     loop.replace_contents(final, args.out)
-    atomic_write_text(args.out / "README.md", model_card(args, training_args, None))
+    folder.write_card(args.out, model_card(args, training_args, None))
 
 
 def reproduce_command(args: BiencoderArgs) -> str:

@@ -203,16 +203,17 @@ def write_run_files(
     final: Path, args, base: str, history: list, seconds: float, world: int, counts: dict, kind: str,
     weights: tuple[str, ...],
 ) -> dict:  # fmt: skip
-    """``training_args.json`` (the arguments, the resolved base, counts, timing), ``history.json`` and
-    ``samelang_manifest.json`` (checksums: what the service's model fingerprint reads) in ``final``."""
+    """The run record (the arguments, the resolved base, counts, timing), the step history and the
+    manifest (checksums: what the service's model fingerprint reads) in ``final``; the file names
+    are the model folder's (:mod:`service.models.folder`)."""
     import json
     import time
 
     import torch
 
-    from service.models.base_model import read_manifest
+    from service.models import folder
 
-    base_manifest = read_manifest(Path(base)) or {}
+    base_manifest = folder.read_manifest(base) or {}
     training_args = {
         **args.saved(),
         "base_resolved": base_manifest.get("upstream", base),
@@ -221,9 +222,9 @@ def write_run_files(
         "train_seconds": round(seconds, 1),
         "torch": torch.__version__,
     }
-    (final / "training_args.json").write_text(json.dumps(training_args, indent=2))
-    (final / "history.json").write_text(json.dumps(history))
-    adapter = (final / "adapter_config.json").exists()
+    (final / folder.TRAINING_ARGS).write_text(json.dumps(training_args, indent=2))
+    (final / folder.HISTORY).write_text(json.dumps(history))
+    adapter = folder.is_adapter(final)
     manifest = {
         "name": args.out.name,
         "kind": kind,
@@ -232,7 +233,7 @@ def write_run_files(
         ("adapter_sha256" if adapter else "weights_sha256"): sha256_files(final, weights),
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    (final / "samelang_manifest.json").write_text(json.dumps(manifest, indent=2))
+    folder.write_manifest(final, manifest)
     return training_args
 
 
@@ -240,11 +241,11 @@ def finish_adapter_config(final: Path) -> tuple[str, ...]:
     """Name the base in a saved adapter's config as people know it (the path was machine-local) and
     write ``target_modules`` sorted (peft keeps a set: its order, hence the checksum, varied between
     runs). Returns the files the adapter checksum covers."""
-    import json
+    from service.models import folder
 
-    cfg = json.loads((final / "adapter_config.json").read_text())
+    cfg = folder.read_adapter_config(final)
     cfg["base_model_name_or_path"] = "intfloat/multilingual-e5-small (converted by `samelang models prepare`)"
     if isinstance(cfg.get("target_modules"), list):
         cfg["target_modules"] = sorted(cfg["target_modules"])
-    (final / "adapter_config.json").write_text(json.dumps(cfg, indent=2))
-    return ("adapter_model.safetensors", "adapter_config.json")
+    folder.write_adapter_config(final, cfg)
+    return (folder.ADAPTER_WEIGHTS, folder.ADAPTER_CONFIG)

@@ -29,10 +29,10 @@ import torch
 from pydantic import Field, model_validator
 from tqdm.auto import tqdm
 
-from indexes.atomic import atomic_write_text
 from indexes.corpora import XQUAD_LANGS, load_xquad
 from service import options
 from service.config import settings
+from service.models import folder
 from service.models.base_model import ensure_base_model
 
 from . import loop
@@ -74,10 +74,6 @@ class RerankerArgs(loop.TrainerArgs):
         return self
 
 
-def is_adapter(path) -> bool:
-    return (Path(path) / "adapter_config.json").exists()
-
-
 class RerankerModule(torch.nn.Module):
     """Tokeniser + sequence classifier (one logit per (query, document) pair)."""
 
@@ -86,14 +82,14 @@ class RerankerModule(torch.nn.Module):
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
         init = args.init or str(ensure_base_model(home))
-        base = str(ensure_base_model(home)) if is_adapter(init) else init
+        base = str(ensure_base_model(home)) if folder.is_adapter(init) else init
         self.tokenizer = AutoTokenizer.from_pretrained(base)
         # dropout off in the encoder (3-4x slower attention on CPU); LoRA has its own
         model = AutoModelForSequenceClassification.from_pretrained(
             base, num_labels=1, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0
         )
         torch.manual_seed(args.seed)  # the new head's initialisation is part of the run's seed
-        if is_adapter(init):
+        if folder.is_adapter(init):
             from peft import PeftModel
 
             model = PeftModel.from_pretrained(model, init, is_trainable=True)
@@ -161,9 +157,7 @@ def teacher_name(args: RerankerArgs, home: Path) -> str:
     """The teacher's identity in the score cache: the base model's fingerprint for ``cosine``."""
     if args.teacher != "cosine":
         return "cross-encoder:" + str(args.teacher)
-    from service.models.encoder import model_fingerprint
-
-    return "cosine:" + model_fingerprint(ensure_base_model(home))[:12]
+    return "cosine:" + folder.model_fingerprint(ensure_base_model(home))[:12]
 
 
 def teacher_scores(args: RerankerArgs, data: list[DistillInstance], home: Path, device: str) -> np.ndarray:
@@ -294,7 +288,7 @@ def _save_final(args: RerankerArgs, module: RerankerModule, history, seconds: fl
     for cfg in getattr(module.model, "peft_config", {}).values():
         cfg.base_model_name_or_path = module.base  # a real path while saving; the card's name is written below
     module.model.save_pretrained(final)
-    adapter = (final / "adapter_config.json").exists()
+    adapter = folder.is_adapter(final)
     if adapter:
         weights = loop.finish_adapter_config(final)
     else:
@@ -305,7 +299,7 @@ def _save_final(args: RerankerArgs, module: RerankerModule, history, seconds: fl
         final, args, module.base, history, seconds, world, {"n_instances": n, "steps": len(history)}, kind, weights
     )
     loop.replace_contents(final, args.out)
-    atomic_write_text(args.out / "README.md", model_card(args, training_args))
+    folder.write_card(args.out, model_card(args, training_args))
 
 
 def reproduce_command(args: RerankerArgs) -> str:
@@ -316,12 +310,9 @@ def reproduce_command(args: RerankerArgs) -> str:
 def full_recipe(args: RerankerArgs) -> str:
     """The command(s) that rebuild this model: for stage 2, the stage-1 command read from
     ``--init``'s ``training_args.json`` first, then this one."""
-    import json
-
     lines = [reproduce_command(args)]
-    init_args = Path(args.init or "") / "training_args.json"
-    if args.stage == 2 and init_args.exists():
-        saved = json.loads(init_args.read_text())
+    saved = folder.read_training_args(args.init) if args.stage == 2 and args.init else None
+    if saved is not None:
         names = set(RerankerArgs.model_fields)
         lines.insert(0, reproduce_command(RerankerArgs(**{k: v for k, v in saved.items() if k in names})))
     return "\n".join(lines)

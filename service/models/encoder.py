@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 from pathlib import Path
 
 import numpy as np
@@ -12,29 +10,10 @@ from indexes.index import ModelInfo
 
 from ..batching import MicroBatcher
 from .engine import EngineOptions, InferenceEngine
+from .folder import is_model_folder, load_model, model_fingerprint
 
-
-def model_fingerprint(path: Path) -> str:
-    """Identity of a checkpoint: the conversion manifest's source hash when there
-    is one (cheap), else a sha256 over the config and weight files."""
-    path = Path(path)
-    manifest = path / "samelang_manifest.json"
-    h = hashlib.sha256()
-    if manifest.exists():
-        m = json.loads(manifest.read_text())
-        for key in ("source_sha256", "adapter_sha256", "weights_sha256", "converter_version"):
-            if key in m:
-                h.update(f"{key}={m[key]};".encode())
-        return h.hexdigest()
-    files = sorted(p for p in path.rglob("*") if p.suffix in {".json", ".safetensors", ".bin"} and p.is_file())
-    if not files:
-        raise FileNotFoundError(f"{path} holds no model files")
-    for f in files:
-        h.update(str(f.relative_to(path)).encode())
-        with open(f, "rb") as fh:
-            while block := fh.read(1 << 20):
-                h.update(block)
-    return h.hexdigest()
+# model_fingerprint belongs to the folder module; it is re-exported for callers that import it with the Encoder
+__all__ = ["Encoder", "cache_dir", "load_sentence_transformer", "model_fingerprint"]
 
 
 def cache_dir(home: Path | None) -> Path:
@@ -47,46 +26,40 @@ def cache_dir(home: Path | None) -> Path:
 
 
 def load_sentence_transformer(path: Path, device: str = "cpu", home: Path | None = None):
-    """A SentenceTransformer from a full checkpoint, or from a LoRA adapter folder
-    (``adapter_config.json``) applied to the converted base model and merged."""
+    """A SentenceTransformer from a full checkpoint or a LoRA adapter folder (merged onto the converted
+    base model). The BERT pooler is never read here (mean pooling over token states), so the converted
+    base's lack of one is expected, not a sign of an untrained model."""
     from sentence_transformers import SentenceTransformer
 
-    path = Path(path)
-    if not (path / "adapter_config.json").exists():
-        return SentenceTransformer(str(path), device=device)
-    from peft import PeftModel
-
-    from .base_model import ensure_base_model
-
-    model = SentenceTransformer(str(ensure_base_model(home)), device=device)
-    transformer = model[0]
-    transformer.model = PeftModel.from_pretrained(transformer.model, str(path)).merge_and_unload()
-    return model
+    return load_model(
+        path,
+        lambda folder: SentenceTransformer(str(folder), device=device),
+        home,
+        unused={"pooler": "mean pooling reads the token states"},
+    )
 
 
 class Encoder:
     """A sentence-transformers bi-encoder with e5's ``query: `` / ``passage: `` prompts, run by the
     :class:`~service.models.engine.InferenceEngine` (length-sorted token batches, precision modes).
 
-    ``options`` defaults to fp32: training and evaluation get the reference numerics unless they ask;
+    ``options`` defaults to fp32: training and evaluation get the fp32 reference unless they ask;
     the service passes its ``--precision`` (``auto``: the model card's choice)."""
 
     def __init__(
         self,
         path: str | Path,
         device: str = "cpu",
-        batch_size: int = 32,
         home: Path | None = None,
         options: EngineOptions | None = None,
     ):
         self.path = Path(path)
-        if not any((self.path / f).exists() for f in ("modules.json", "config.json", "adapter_config.json")):
+        if not is_model_folder(self.path):
             raise FileNotFoundError(
                 f"no bi-encoder checkpoint at {self.path}: run `samelang models prepare` (base model) "
                 "or `samelang train biencoder` (aligned model)"
             )
         self.model = load_sentence_transformer(self.path, device=device, home=home)
-        self.batch_size = batch_size
         self.name = self.path.name
         self.dim = int(self.model.get_embedding_dimension())
         self.fingerprint = model_fingerprint(self.path)
@@ -118,7 +91,7 @@ class Encoder:
         self._query_batcher.on_batch = on_batch
 
     @property
-    def numerics(self) -> str:
+    def precision(self) -> str:
         """``fp32`` or e.g. ``int8``: what embedding caches must key on besides the fingerprint."""
         return self.engine.precision
 

@@ -14,7 +14,7 @@ the same for the bi-encoder and the cross-encoder:
 * **backend**: ``onnx`` (ONNX Runtime with its fused BERT graph: one Attention, SkipLayerNorm and
   BiasGelu kernel per layer) or ``torch`` (eager/SDPA; the only one on GPU).
 
-``precision="auto"`` takes what the model folder's ``inference.json`` recorded as the fastest
+``precision="auto"`` takes what the model folder's inference record (:mod:`.folder`) holds as the fastest
 precision within 0.3 points of fp32 on the eval tables (written by ``samelang eval precision``),
 and when there is none fp32 on CPU, bf16 (fp16 where the GPU lacks bf16) on GPU. ONNX graphs are
 exported once per model fingerprint and precision into ``$SAMELANG_HOME/cache/onnx`` (written to a
@@ -40,12 +40,12 @@ from indexes.atomic import atomic_dir
 
 from .. import work
 from ..config import MAX_BATCH_TOKENS
+from .folder import recorded_precision
 
 log = logging.getLogger("samelang")
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16", "int8")
 BACKENDS = ("auto", "torch", "onnx")
-INFERENCE_CARD = "inference.json"
 ONNX_FORMAT = 1  # bump when the exported graph changes, so that caches are rebuilt
 
 # Recorded tolerances against fp32 (tests/service/models/test_engine.py checks them on multilingual
@@ -90,16 +90,6 @@ def cpu_flags() -> set[str]:
 def cpu_has_bf16() -> bool:
     """Native bf16 matmuls on this CPU (AVX512_BF16 or AMX); elsewhere torch emulates them, slowly."""
     return bool(cpu_flags() & {"avx512_bf16", "amx_bf16"})
-
-
-def recorded_precision(model_dir: Path | None, device: str) -> str | None:
-    """The precision ``samelang eval precision`` chose for ``device`` ("cpu"/"cuda"), if any."""
-    if model_dir is None:
-        return None
-    card = Path(model_dir) / INFERENCE_CARD
-    if not card.exists():
-        return None
-    return json.loads(card.read_text()).get("default_precision", {}).get(device)
 
 
 def resolve(options: EngineOptions, device: str, model_dir: Path | None = None) -> EngineOptions:

@@ -10,7 +10,8 @@ from indexes.corpora import check_langs, load_xquad
 from indexes.index import IndexNotFound, build_index, current_generation
 
 from .base_model import ensure_base_model
-from .generator import generator_dir
+from .folder import is_adapter, model_fingerprint
+from .gemma_checkpoint import generator_dir
 
 REPO_MODELS = Path(__file__).resolve().parents[2] / "models"
 ALIGNED_BIENCODER = REPO_MODELS / "e5-small-aligned"
@@ -77,7 +78,7 @@ def default_reranker(choice: str | Path | None, home: Path | None = None) -> Pat
 def default_cross_encoder() -> Path | None:
     """The cross-encoder that evaluations and benchmarks of "the reranker" use: the served one when
     the measured defaults serve one, else the LAMAR reranker the repository ships (if any)."""
-    return default_reranker(None) or (LAMAR_RERANKER if (LAMAR_RERANKER / "adapter_config.json").exists() else None)
+    return default_reranker(None) or (LAMAR_RERANKER if is_adapter(LAMAR_RERANKER) else None)
 
 
 def default_generator_path(home: Path) -> Path:
@@ -95,8 +96,6 @@ def demo_index_path(home: Path, langs: str, fingerprint: str) -> Path:
 
 
 def default_index_path(cfg) -> Path:
-    from .encoder import model_fingerprint
-
     model = cfg.model or default_biencoder(cfg.home)
     return demo_index_path(cfg.home, cfg.demo_langs, model_fingerprint(model))
 

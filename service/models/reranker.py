@@ -7,29 +7,23 @@ from pathlib import Path
 import numpy as np
 
 from ..batching import MicroBatcher
-from .encoder import Encoder, cache_dir, model_fingerprint
+from .encoder import Encoder, cache_dir
 from .engine import EngineOptions, InferenceEngine, sigmoid
+from .folder import is_model_folder, load_model, model_fingerprint
 
 BI_ENCODER_COSINE = "bi-encoder-cosine"
 
 
 def load_cross_encoder(path: Path, device: str = "cpu", max_length: int = 256, home: Path | None = None):
     """A sentence-transformers ``CrossEncoder`` from a full checkpoint, or from a LoRA adapter folder
-    (``adapter_config.json``, with the trained pooler and head) applied to the converted base model
-    and merged, so inference runs a plain model."""
+    merged onto the converted base model, with the adapter's trained pooler and classifier head in
+    place of the ones the base model lacks (transformers initialises those at load, and the adapter
+    replaces them: a LAMAR folder is a trained reranker, whatever the base load would report)."""
     from sentence_transformers import CrossEncoder
 
-    path = Path(path)
-    if not (path / "adapter_config.json").exists():
-        return CrossEncoder(str(path), device=device, max_length=max_length, num_labels=1)
-    from peft import PeftModel
-
-    from .base_model import ensure_base_model
-
-    model = CrossEncoder(str(ensure_base_model(home)), device=device, max_length=max_length, num_labels=1)
-    transformer = model[0]
-    transformer.model = PeftModel.from_pretrained(transformer.model, str(path)).merge_and_unload()
-    return model.eval()
+    return load_model(
+        path, lambda folder: CrossEncoder(str(folder), device=device, max_length=max_length, num_labels=1), home
+    )
 
 
 class CrossEncoderReranker:
@@ -42,19 +36,17 @@ class CrossEncoderReranker:
         path: str | Path,
         device: str = "cpu",
         max_length: int = 256,
-        batch_size: int = 32,
         home: Path | None = None,
         options: EngineOptions | None = None,
     ):
         self.path = Path(path)
-        if not any((self.path / f).exists() for f in ("config.json", "adapter_config.json")):
+        if not is_model_folder(self.path):
             raise FileNotFoundError(
                 f"no cross-encoder checkpoint at {self.path}: train one with `samelang train reranker`, "
                 "or leave the reranker unset to rerank by bi-encoder cosine"
             )
         self.model = load_cross_encoder(self.path, device=device, max_length=max_length, home=home)
         self.name = self.path.name
-        self.batch_size = batch_size
         self.fingerprint = model_fingerprint(self.path)
         self.engine = InferenceEngine(
             self.model.model,
@@ -78,7 +70,8 @@ class CrossEncoderReranker:
         self._pair_batcher.on_batch = on_batch
 
     @property
-    def numerics(self) -> str:
+    def precision(self) -> str:
+        """``fp32`` or e.g. ``int8``: what score caches must key on besides the fingerprint."""
         return self.engine.precision
 
     def score_pairs(self, pairs: list[tuple[str, str]], progress: bool = False) -> np.ndarray:

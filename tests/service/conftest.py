@@ -37,7 +37,7 @@ def xquad_test_index(tmp_path_factory, encoder):
 
 @pytest.fixture(scope="session")
 def pipeline(encoder, xquad_test_index):
-    from service.models.generators import NoGenerator
+    from service.models.generation import NoGenerator
     from service.models.reranker import CosineReranker
     from service.pipeline import Limits, Pipeline
 

@@ -29,7 +29,7 @@ def index12(tmp_path_factory, encoder):
 
 @pytest.fixture(scope="module")
 def pipe12(encoder, index12):
-    from service.models.generators import NoGenerator
+    from service.models.generation import NoGenerator
     from service.models.reranker import CosineReranker
     from service.pipeline import Defaults, Limits, Pipeline
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from service.models.folder import write_card_section
 from training.evaluation.biencoder import EVAL_HEADING
-from training.evaluation.common import write_card_section
 
 
 def test_card_evaluation_section_is_replaced_and_neighbours_kept(tmp_path):

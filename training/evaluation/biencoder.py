@@ -25,9 +25,10 @@ from pydantic import Field
 from indexes.atomic import atomic_write_bytes, atomic_write_text
 from indexes.corpora import XQUAD_LANGS, load_xquad
 from service import metrics as M
+from service.models.folder import EVAL_RESULTS, read_history, read_training_args, write_card_section
 from service.options import PathList, StrList
 
-from .common import EvalOptions, Report, write_card_section
+from .common import EvalOptions, Report
 
 TARGETS = tuple(x for x in XQUAD_LANGS if x != "en")
 
@@ -42,8 +43,8 @@ class Embeddings:
 def embed_xquad(encoder, cache_dir: Path | None = None, langs=XQUAD_LANGS) -> Embeddings:
     """Embed every paragraph and every test question (cached by the model's fingerprint and, past
     fp32, its precision)."""
-    numerics = getattr(encoder, "numerics", "fp32")
-    tag = "" if numerics == "fp32" else f":{numerics}"
+    precision = getattr(encoder, "precision", "fp32")
+    tag = "" if precision == "fp32" else f":{precision}"
     key = hashlib.sha256(f"{encoder.fingerprint}:{','.join(langs)}:v1{tag}".encode()).hexdigest()[:20]
     cache = Path(cache_dir) / f"xquad-emb-{key}.npz" if cache_dir else None
     index_of = {p.group: i for i, p in enumerate(load_xquad(["en"]).paragraphs)}
@@ -248,7 +249,7 @@ class BiencoderEvaluation:
             write_card_section(Path(path), EVAL_HEADING, table + "\n\nData: XQuAD (CC-BY-SA 4.0). Base model: MIT.\n")
             name = Path(path).name
             scores = {k: results[k] for k in ("base", name) if k in results}
-            atomic_write_text(Path(path) / "eval_results.json", json.dumps(scores, indent=2) + "\n")
+            atomic_write_text(Path(path) / EVAL_RESULTS, json.dumps(scores, indent=2) + "\n")
 
 
 class AblationOptions(EvalOptions):
@@ -278,14 +279,14 @@ class BiencoderAblation:
         info = {}
         for loss in self.options.losses:
             folder = self.options.runs / loss
-            if not (folder / "training_args.json").exists():
+            if read_training_args(folder) is None:
                 self.log(f"training {loss} -> {folder}")
                 argv = ["--out", str(folder), *shlex.split(self.options.train_args), "--loss", loss]
                 train_biencoder(parse_options(BiencoderArgs, argv), log=self.log)
-            targs = json.loads((folder / "training_args.json").read_text())
+            targs = read_training_args(folder)
             if targs["loss"] != loss:
                 raise ValueError(f"{folder} holds a model trained with --loss {targs['loss']}")
-            info[loss] = {**targs, "steps": len(json.loads((folder / "history.json").read_text()))}
+            info[loss] = {**targs, "steps": len(read_history(folder) or [])}
         return info
 
     def run(self) -> Report:

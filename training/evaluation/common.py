@@ -60,8 +60,3 @@ def replace_section(path: Path, heading: str, body: str, *, before: str | None =
     else:
         head, later = text, ""
     atomic_write_text(path, head.rstrip("\n") + f"\n\n{heading}\n\n{body.rstrip()}\n" + ("\n" + later if later else ""))
-
-
-def write_card_section(model_dir: Path, heading: str, body: str) -> None:
-    """Replace one section of a model folder's card (README.md), keeping the others."""
-    replace_section(Path(model_dir) / "README.md", heading, body)

@@ -228,7 +228,7 @@ class PipelineEvaluation:
 
     def pipeline(self, r: Retriever, reranker, strategy: str, memo: bool = True) -> Pipeline:
         from indexes.langid import get_identifier
-        from service.models.generators import NoGenerator
+        from service.models.generation import NoGenerator
         from service.models.reranker import CosineReranker
 
         enc = r.memo if memo else r.encoder

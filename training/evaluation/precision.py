@@ -4,7 +4,8 @@ The rule (issue 6): the default precision of a model is the fastest one whose lo
 at most ``tolerance`` points on every metric of its eval table: Max@R_norm average and Mono-Same
 nDCG@10 for the bi-encoder; oracle nDCG@1 and Mono-Same nDCG@10 for the reranker (the seed-002
 slice of ``max_questions`` test questions per language). The choice and the table go into the
-model folder (``inference.json``, read by ``precision=auto``) and its card.
+model folder's inference record (read by ``precision=auto``; :mod:`service.models.folder`) and
+its card.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from pathlib import Path
 from pydantic import Field
 
 from indexes.corpora import load_xquad
+from service.models.folder import write_card_section
 from service.options import StrList
 
-from .common import EvalOptions, Report, write_card_section
+from .common import EvalOptions, Report
 
 BIENCODER_METRICS = ("max_r_norm", "mono_same_ndcg10")
 RERANKER_METRICS = ("oracle_ndcg_at_1", "mono_same_ndcg10")
@@ -43,7 +45,7 @@ def biencoder_row(encoder, emb_eval: dict, repeats: int = 3) -> dict:
     texts = speed_texts()
     sec = median_time(lambda: encoder.encode_passages(texts), repeats)
     return {
-        "precision": encoder.numerics,
+        "precision": encoder.precision,
         "backend": encoder.engine.backend_name,
         "max_r_norm": emb_eval["multi_average"]["max_r_norm"],
         "mono_same_ndcg10": emb_eval["mono_same_ndcg10_avg"],
@@ -56,7 +58,7 @@ def reranker_row(reranker, result: dict, repeats: int = 3) -> dict:
     query = load_xquad(["en"], split="test").questions[0].text
     sec = median_time(lambda: reranker.score(query, texts), repeats)
     return {
-        "precision": reranker.numerics,
+        "precision": reranker.precision,
         "backend": reranker.engine.backend_name,
         "oracle_ndcg_at_1": result["oracle"]["ndcg_at_1"],
         "mono_same_ndcg10": result["mono_same"]["ndcg_at_10"],
@@ -95,23 +97,12 @@ def markdown(rows: list[dict], metrics: tuple[str, ...], speed_key: str, chosen:
 
 
 def write_inference_card(model_dir: Path, rows: list[dict], chosen: str, note: str, device: str = "cpu") -> None:
-    """``inference.json`` (what ``precision=auto`` reads): the choice for ``device`` ("cpu" or
-    "cuda"), keeping the other device's; the card section is written by the caller."""
-    import json
+    """Record the choice for ``device`` ("cpu" or "cuda") in the model folder's inference record
+    (what ``precision=auto`` reads), keeping the other device's; the card section is written by the
+    caller."""
+    from service.models.folder import record_precision
 
-    from indexes.atomic import atomic_write_text
-
-    path = Path(model_dir) / "inference.json"
-    card = json.loads(path.read_text()) if path.exists() else {}
-    card.setdefault("default_precision", {})[device] = chosen
-    card.setdefault("comparison", {})
-    if isinstance(card["comparison"], list):  # first format: CPU rows only
-        card["comparison"] = {"cpu": card["comparison"]}
-    card["comparison"][device] = rows
-    card.setdefault("note", {})
-    card["note"] = {"cpu": card["note"]} if isinstance(card["note"], str) else card["note"]
-    card["note"][device] = note
-    atomic_write_text(path, json.dumps(card, indent=2) + "\n")
+    record_precision(model_dir, device, chosen, rows, note)
 
 
 def device_name(device: str) -> str:

@@ -32,10 +32,11 @@ from pydantic import Field
 from indexes.atomic import atomic_write_text
 from indexes.corpora import XQUAD_LANGS, load_xquad
 from service import metrics as M
+from service.models.folder import EVAL_RESULTS, write_card_section
 from service.options import PathList, StrList
 
 from .biencoder import EVAL_HEADING, Embeddings
-from .common import EvalOptions, Report, write_card_section
+from .common import EvalOptions, Report
 
 TOP_K = 20
 
@@ -217,14 +218,13 @@ def markdown(results: dict[str, dict]) -> str:
 
 def training_summary(model_dir) -> dict:
     """What an ablation row needs from a trained model's ``training_args.json`` / ``history.json``."""
-    import json
-    from pathlib import Path
+    from service.models import folder
 
-    folder = Path(model_dir)
-    if not (folder / "training_args.json").exists():
+    a = folder.read_training_args(model_dir)
+    if a is None:
         return {}
-    a = json.loads((folder / "training_args.json").read_text())
-    steps = len(json.loads((folder / "history.json").read_text())) if (folder / "history.json").exists() else None
+    history = folder.read_history(model_dir)
+    steps = len(history) if history is not None else None
     out = {k: a.get(k) for k in ("stage", "objective", "lambda_lc", "teacher", "batch_size", "lr", "max_length")}
     return {**out, "steps": steps, "instances": a.get("n_instances"), "train_seconds": a.get("train_seconds")}
 
@@ -297,10 +297,10 @@ def score_identity(reranker, max_length: int = 256) -> str:
     """The cache key of a cross-encoder's scores: its weights' fingerprint, the truncation
     length and (past fp32) its precision. One definition for every evaluation that caches
     scores, so that a stale score is never reused and an equal one always is."""
-    from service.models.encoder import model_fingerprint
+    from service.models.folder import model_fingerprint
 
     identity = f"{model_fingerprint(Path(reranker.path))}|max_length={max_length}"
-    return identity if reranker.numerics == "fp32" else f"{identity}|{reranker.numerics}"
+    return identity if reranker.precision == "fp32" else f"{identity}|{reranker.precision}"
 
 
 class RerankerEvalOptions(EvalOptions):
@@ -407,7 +407,7 @@ class RerankerEvaluation:
             write_card_section(Path(path), EVAL_HEADING, f"Retriever: `{self.retriever.name}`.\n\n{table}\n")
             name = Path(path).name
             scores = {k: v for k, v in results.items() if k == name or k.startswith("no reranker")}
-            atomic_write_text(Path(path) / "eval_results.json", json.dumps(scores, indent=2) + "\n")
+            atomic_write_text(Path(path) / EVAL_RESULTS, json.dumps(scores, indent=2) + "\n")
 
 
 def _slug(name: str) -> str:

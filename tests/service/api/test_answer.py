@@ -11,13 +11,13 @@ from fastapi import FastAPI
 from pydantic import BaseModel
 
 from indexes.corpora import load_xquad
-from service.models.generators import GeneratorUnavailable, OpenAIGenerator, TransformersGenerator
+from service.models.generation import GeneratorUnavailable, OpenAIGenerator, TransformersGenerator
 from tests.service.conftest import free_port, make_app, running
 
 
 @pytest.fixture(scope="module")
 def gemma(samelang_home):
-    from service.models.generator import prepare_generator
+    from service.models.gemma_checkpoint import prepare_generator
 
     return TransformersGenerator(prepare_generator(samelang_home))
 

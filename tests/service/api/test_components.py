@@ -68,7 +68,7 @@ def test_the_shipped_lamar_reranker_serves_rerank(service_settings):
     language comes first, both above an unrelated one; giving it turns reranking on for /search.
     ``--reranker cosine`` selects the bi-encoder fallback."""
     from service.api.app import create_app
-    from service.models.engine import recorded_precision
+    from service.models.folder import recorded_precision
     from service.models.registry import LAMAR_RERANKER
 
     query = "维多利亚和阿尔伯特博物馆在哪里？"  # zh: where is the V&A museum?

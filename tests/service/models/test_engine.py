@@ -87,8 +87,9 @@ def test_reranker_scores_match_fp32_within_the_recorded_tolerance(samelang_home,
 
 
 def test_onnx_graphs_are_exported_once_and_reused(base_model_path, samelang_home):
-    from service.models.encoder import Encoder, model_fingerprint
+    from service.models.encoder import Encoder
     from service.models.engine import onnx_path
+    from service.models.folder import model_fingerprint
 
     path = onnx_path(samelang_home / "cache", model_fingerprint(base_model_path), "embed", "fp32")
     Encoder(base_model_path, options=EngineOptions("fp32", "onnx"))

@@ -1,5 +1,6 @@
 """Answer generators: embedded transformers (CPU default), any OpenAI-compatible
-server (vLLM on a GPU host, reached over HTTP, never imported), or none."""
+server (vLLM on a GPU host, reached over HTTP, never imported), or none. The embedded model's
+checkpoint is built once by :mod:`.gemma_checkpoint`."""
 
 from __future__ import annotations
 

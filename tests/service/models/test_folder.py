@@ -1,0 +1,125 @@
+"""The model folder (service/models/folder.py): what a folder is, its records, its card sections,
+and the one loader that merges an adapter onto the base model without a misleading load report."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from service.models import folder
+from service.models.engine import EngineOptions, resolve
+from service.models.registry import ALIGNED_BIENCODER, LAMAR_RERANKER
+
+EVAL = "## Evaluation (XQuAD test articles)"
+
+
+def test_card_section_is_replaced_and_the_others_kept(tmp_path):
+    (tmp_path / folder.CARD).write_text(f"# m\n\nintro\n\n{EVAL}\n\nold table\n\n## Ablation\n\nkept\n")
+    folder.write_card_section(tmp_path, EVAL, "new table\n")
+    text = (tmp_path / folder.CARD).read_text()
+    assert "old table" not in text and text.count(EVAL) == 1
+    assert text.index("intro") < text.index("new table") < text.index("## Ablation\n\nkept")
+    assert folder.read_card_section(tmp_path, EVAL) == "new table\n"
+    assert folder.read_card_section(tmp_path, "## Ablation") == "kept\n"
+    # a new section goes after the others; the one before it is untouched
+    folder.write_card_section(tmp_path, "## Inference precision", "fp32\n")
+    text = (tmp_path / folder.CARD).read_text()
+    assert text.index("new table") < text.index("kept") < text.index("## Inference precision\n\nfp32\n")
+    assert folder.read_card_section(tmp_path, "## Missing") is None
+
+
+def test_card_section_starts_a_missing_card(tmp_path):
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    folder.write_card_section(fresh, EVAL, "t\n")
+    assert (fresh / folder.CARD).read_text() == f"# fresh\n\n{EVAL}\n\nt\n"
+
+
+def test_manifest_round_trip_and_fingerprint(tmp_path):
+    assert folder.read_manifest(tmp_path) is None
+    manifest = {"name": "m", "kind": "lora-adapter", "source_sha256": "a" * 64, "adapter_sha256": "b" * 64}
+    folder.write_manifest(tmp_path, manifest)
+    assert folder.read_manifest(tmp_path) == manifest
+    # the fingerprint reads the manifest's hashes only: the same hashes, the same identity
+    other = tmp_path / "other"
+    other.mkdir()
+    folder.write_manifest(other, {**manifest, "name": "renamed", "created": "later"})
+    assert folder.model_fingerprint(tmp_path) == folder.model_fingerprint(other)
+    folder.write_manifest(other, {**manifest, "adapter_sha256": "c" * 64})
+    assert folder.model_fingerprint(tmp_path) != folder.model_fingerprint(other)
+
+
+def test_the_shipped_models_are_adapters():
+    for path in (ALIGNED_BIENCODER, LAMAR_RERANKER):
+        assert folder.is_adapter(path) and folder.is_model_folder(path)
+        assert folder.read_manifest(path)["kind"].endswith("lora-adapter")
+    # the reranker saves its trained head with the adapter; the bi-encoder needs none
+    assert set(folder.adapter_saved_modules(LAMAR_RERANKER)) == {"classifier", "pooler"}
+    assert folder.adapter_saved_modules(ALIGNED_BIENCODER) == ()
+
+
+def test_base_model_is_a_full_checkpoint(base_model_path):
+    assert folder.is_model_folder(base_model_path) and not folder.is_adapter(base_model_path)
+    assert folder.read_manifest(base_model_path)["name"] == "multilingual-e5-small"
+
+
+def test_inference_record_round_trip(tmp_path):
+    assert folder.read_inference(tmp_path) == {} and folder.recorded_precision(tmp_path, "cpu") is None
+    rows = [{"precision": "fp32"}, {"precision": "int8"}]
+    folder.record_precision(tmp_path, "cpu", "int8", rows, "cpu note")
+    folder.record_precision(tmp_path, "cuda", "bf16", rows[:1], "gpu note")
+    record = folder.read_inference(tmp_path)
+    assert record["default_precision"] == {"cpu": "int8", "cuda": "bf16"}
+    assert record["comparison"] == {"cpu": rows, "cuda": rows[:1]}
+    assert record["note"] == {"cpu": "cpu note", "cuda": "gpu note"}
+    assert folder.recorded_precision(tmp_path, "cuda") == "bf16"
+    assert resolve(EngineOptions(), "cpu", tmp_path).precision == "int8"  # what precision=auto reads
+
+
+def test_inference_record_upgrades_the_first_format(tmp_path):
+    first = {"default_precision": {"cpu": "fp32"}, "comparison": [{"precision": "fp32"}], "note": "old"}
+    (tmp_path / folder.INFERENCE).write_text(json.dumps(first))
+    folder.record_precision(tmp_path, "cuda", "fp16", [], "new")
+    record = folder.read_inference(tmp_path)
+    assert record["comparison"] == {"cpu": [{"precision": "fp32"}], "cuda": []}
+    assert record["note"] == {"cpu": "old", "cuda": "new"}
+
+
+REPORT = (
+    "BertForSequenceClassification LOAD REPORT from: /x\n"
+    "Key                      | Status  | \n"
+    "-------------------------+---------+-\n"
+    "classifier.bias          | MISSING | \n"
+    "bert.pooler.dense.bias   | MISSING | \n"
+    "bert.encoder.layer.{0, 1}.output.dense.weight | UNEXPECTED | \n"
+)
+
+
+def test_load_report_rows_are_explained_or_reported(caplog):
+    covered = {"classifier": "from the adapter's saved modules", "pooler": "from the adapter's saved modules"}
+    expected = REPORT.rsplit("bert.encoder", 1)[0]
+    with caplog.at_level(logging.WARNING, logger="samelang"):
+        notes = folder._explain("m", [expected], covered)
+    assert notes == ["classifier+pooler from the adapter's saved modules"] and not caplog.records
+    with caplog.at_level(logging.WARNING, logger="samelang"):
+        folder._explain("m", [REPORT], covered)  # an unexpected weight is still shown, with the report
+    assert "bert.encoder.layer.{0, 1}.output.dense.weight" in caplog.text and "LOAD REPORT" in caplog.text
+    with caplog.at_level(logging.WARNING, logger="samelang"):
+        caplog.clear()
+        folder._explain("m", [expected], {"pooler": "unused"})  # a head the adapter does not save
+    assert "classifier.bias" in caplog.text
+
+
+def test_adapter_loads_quietly_with_one_info_line(samelang_home, caplog, capfd):
+    from service.models.reranker import load_cross_encoder
+
+    with caplog.at_level(logging.INFO, logger="samelang"):
+        model = load_cross_encoder(LAMAR_RERANKER, home=samelang_home)
+    out, err = capfd.readouterr()
+    assert "LOAD REPORT" not in out + err and "MISSING" not in out + err and "Consider training" not in out + err
+    lines = [r.getMessage() for r in caplog.records if r.name == "samelang"]
+    assert lines == [
+        "lamar-e5-small: base multilingual-e5-small + LoRA adapter (r=16) merged; "
+        "classifier+pooler from the adapter's saved modules"
+    ]
+    assert not model.training
