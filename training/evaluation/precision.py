@@ -138,7 +138,7 @@ class PrecisionEvalOptions(EvalOptions):
     max_questions: int = Field(6, ge=1, description="Reranker slice: test questions per language.")
     tolerance: float = Field(0.3, ge=0, description="Largest admissible loss against fp32, in points, on any metric.")
     repeats: int = Field(3, ge=1, description="Speed: timed repetitions (median).")
-    card: bool = Field(False, description="Write inference.json and the card section of each model.")
+    card: bool = Field(False, description="Record the default precision in each model folder (inference record, card).")
     out: Path = Field(Path("runs/eval-precision"), description="Folder for results.json and results.md.")
 
 
