@@ -206,11 +206,11 @@ def bench_http(cfg: BenchConfig) -> str:
     x = load_xquad(["en", "zh"], split="test")
     search = [{"query": q.text, "k": 10} for q in x.questions[:200]]
     paragraphs = [d.text for d in x.documents()]
-    per_rerank = 3 if cfg.tiny else 20
+    per_rerank = 2 if cfg.tiny else 20
     rerank = [{"query": q.text, "documents": paragraphs[(7 * i) % 140 : (7 * i) % 140 + per_rerank]}
               for i, q in enumerate(x.questions[:50])]  # fmt: skip
     if cfg.tiny:
-        plan = {"/search": {1: 2, 8: 8}, "/rerank": {1: 2, 8: 8}}
+        plan = {"/search": {1: 2, 8: 8}, "/rerank": {1: 1, 8: 4}}
     else:  # requests per concurrency level
         plan = {
             "/search": {1: 40, 8: 120, 32: 320} if cfg.quick else {1: 100, 8: 400, 32: 1000},
@@ -247,7 +247,8 @@ def bench_soak(cfg: BenchConfig) -> str:
     env = {**os.environ, **({"SAMELANG_HOME": str(cfg.home)} if cfg.home else {})}
     cmd = _serve_command(cfg, port)
     with ServerProcess(cmd, url, Path(cfg.out) / "server-soak.log", env=env) as server:
-        out = soak(url, server.proc.pid, seconds=cfg.soak_seconds, concurrency=8)
+        langs = (TINY_LANGS,) if cfg.tiny else ("en", "zh")
+        out = soak(url, server.proc.pid, seconds=cfg.soak_seconds, concurrency=8, index_langs=langs)
     return format_soak(out) + (
         "\n\nServer: `samelang serve --generator none` (bundled demo index), 8 concurrent clients on the same cores."
     )
