@@ -12,6 +12,9 @@ ON_REQUEST = ("soak",)  # run only when named
 
 def bench(
     quick: bool = typer.Option(False, "--quick", help="Smaller sizes and fewer repeats: under 10 minutes on 2 cores."),
+    tiny: bool = typer.Option(
+        False, "--tiny", help="Smoke-test sizes (a few inputs per section; implies --quick): checks that it runs."
+    ),
     section: list[str] = typer.Option(None, help=f"Run only these sections ({', '.join(SECTIONS)}); repeatable."),
     repeats: int = typer.Option(None, help="Timed repetitions per measurement (default 5, --quick 3)."),
     soak_seconds: float = typer.Option(600, help="Length of the soak section (--section soak), seconds."),
@@ -30,10 +33,11 @@ def bench(
         choices = SECTIONS + ON_REQUEST
         raise typer.BadParameter(f"unknown section(s) {bad}; choose from {choices}", param_hint="--section")
     cfg = BenchConfig(
-        quick=quick,
+        quick=quick or tiny,
+        tiny=tiny,
         sections=tuple(s for s in SECTIONS + ON_REQUEST if (s in section if section else s in SECTIONS)),
         soak_seconds=soak_seconds,
-        repeats=repeats or (3 if quick else 5),
+        repeats=repeats or (1 if tiny else 3 if quick else 5),
         home=settings(home=home).home,
         out=out,
         flops_per_cycle=flops_per_cycle,

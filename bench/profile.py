@@ -55,7 +55,7 @@ def rerank_profile(reranker, query: str, documents: list[str]) -> str:
     )
 
 
-def search_profile(home: Path | None, queries: list[str], repeats: int = 40) -> str:
+def search_profile(home: Path | None, queries: list[str], repeats: int = 40, demo_langs: str | None = None) -> str:
     """Median time of each stage of one /search request, in process (no HTTP), on the served
     components; and the encoder on a micro-batch of 32 queries (what batching buys)."""
     import statistics
@@ -65,7 +65,8 @@ def search_profile(home: Path | None, queries: list[str], repeats: int = 40) -> 
     from service.config import ServiceSettings
     from service.pipeline import SearchOptions
 
-    cfg = ServiceSettings(generator="none", **({"home": home} if home else {}))
+    over = {**({"home": home} if home else {}), **({"demo_langs": demo_langs} if demo_langs else {})}
+    cfg = ServiceSettings(generator="none", **over)
     pipe = load_components(cfg).pipeline
     qv = pipe.encoder.encode_queries(queries[:1])
     p, k = pipe.search_params, min(10, pipe.index.size)

@@ -11,6 +11,9 @@ timed in alternation within each repetition, so machine noise hits both alike):
 4. ``build``: time to embed and index XQuAD (all 12 languages, 2,880 paragraphs; ``--quick``: en+zh);
 5. ``scale``: Flat vs HNSW vs IVF at 10k/100k(/1M) vectors grown from the index's real embeddings;
 6. ``soak`` (only when asked): 10 minutes of mixed traffic, errors and server RSS drift.
+
+``tiny`` (``--tiny``) shrinks every section to a handful of inputs and the one-language demo index,
+so that a test can run each section end to end and check its table: it measures nothing.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from service.models.engine import cpu_flags, cpu_has_bf16
 @dataclass
 class BenchConfig:
     quick: bool = False
+    tiny: bool = False  # smoke-test sizes: every section runs end to end in seconds; its numbers mean nothing
     sections: tuple[str, ...] = ("build", "scale", "embed", "rerank", "http")
     repeats: int = 5
     home: Path | None = None
@@ -109,7 +113,7 @@ def bench_embed(cfg: BenchConfig) -> str:
 
     home = cfg.home
     path = default_biencoder(home)
-    n = 64 if cfg.quick else 160
+    n = 8 if cfg.tiny else 64 if cfg.quick else 160
     texts = [d.text for d in load_xquad(["en"], split="test").documents()[:n]]
     ours = {p: Encoder(path, home=home, options=EngineOptions(precision=p)) for p in _precisions(cfg)}
     default = resolve(EngineOptions(), "cpu", Path(path)).precision  # what the service serves
@@ -153,7 +157,7 @@ def bench_rerank(cfg: BenchConfig) -> str:
     if path is None:
         return "(no cross-encoder in models/: skipped)"
     x = load_xquad(["en"], split="test")
-    docs = [d.text for d in x.documents()[:20]]
+    docs = [d.text for d in x.documents()[: 4 if cfg.tiny else 20]]
     query = x.questions[0].text
     ours = {p: CrossEncoderReranker(path, home=cfg.home, options=EngineOptions(precision=p)) for p in _precisions(cfg)}
     default = resolve(EngineOptions(), "cpu", Path(path)).precision
@@ -171,8 +175,8 @@ def bench_rerank(cfg: BenchConfig) -> str:
             else f"samelang engine {k} ({ours[k].engine.backend_name})" + (" **default**" if k == default else "")
         )
         rows.append([label, f"{s:.3f}", f"{len(docs) / s:.1f}", f"{sec['ce'] / s:.2f}x"])
-    head = [f"reranker ({Path(path).name}, 1 query x 20 en paragraphs, max length 256)", "latency s", "pairs/s",
-            "vs CrossEncoder"]  # fmt: skip
+    head = [f"reranker ({Path(path).name}, 1 query x {len(docs)} en paragraphs, max length 256)", "latency s",
+            "pairs/s", "vs CrossEncoder"]  # fmt: skip
     from .profile import rerank_profile
 
     served = ours.get(default) or CrossEncoderReranker(path, home=cfg.home, options=EngineOptions(default))
@@ -183,23 +187,35 @@ def bench_rerank(cfg: BenchConfig) -> str:
     )
 
 
+TINY_LANGS = "en"  # the demo index served at tiny sizes (240 paragraphs); else the server's default
+
+
+def _serve_command(cfg: BenchConfig, port: int) -> list[str]:
+    return [sys.executable, "-m", "samelang", "serve", "--port", str(port), "--generator", "none",
+            *(["--langs", TINY_LANGS] if cfg.tiny else [])]  # fmt: skip
+
+
 def bench_http(cfg: BenchConfig) -> str:
     from .http_load import ServerProcess, format_http_table, free_port, load
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, **({"SAMELANG_HOME": str(cfg.home)} if cfg.home else {})}
-    cmd = [sys.executable, "-m", "samelang", "serve", "--port", str(port), "--generator", "none"]
+    cmd = _serve_command(cfg, port)
     log_path = Path(cfg.out) / "server.log"
     x = load_xquad(["en", "zh"], split="test")
     search = [{"query": q.text, "k": 10} for q in x.questions[:200]]
     paragraphs = [d.text for d in x.documents()]
-    rerank = [{"query": q.text, "documents": paragraphs[(7 * i) % 140 : (7 * i) % 140 + 20]}
+    per_rerank = 2 if cfg.tiny else 20
+    rerank = [{"query": q.text, "documents": paragraphs[(7 * i) % 140 : (7 * i) % 140 + per_rerank]}
               for i, q in enumerate(x.questions[:50])]  # fmt: skip
-    plan = {  # requests per concurrency level
-        "/search": {1: 40, 8: 120, 32: 320} if cfg.quick else {1: 100, 8: 400, 32: 1000},
-        "/rerank": {1: 4, 8: 8, 32: 32} if cfg.quick else {1: 10, 8: 24, 32: 64},
-    }
+    if cfg.tiny:
+        plan = {"/search": {1: 2, 8: 8}, "/rerank": {1: 1, 8: 4}}
+    else:  # requests per concurrency level
+        plan = {
+            "/search": {1: 40, 8: 120, 32: 320} if cfg.quick else {1: 100, 8: 400, 32: 1000},
+            "/rerank": {1: 4, 8: 8, 32: 32} if cfg.quick else {1: 10, 8: 24, 32: 64},
+        }
     rows = []
     with ServerProcess(cmd, url, log_path, env=env):
         for path, payloads in (("/search", search), ("/rerank", rerank)):
@@ -207,9 +223,15 @@ def bench_http(cfg: BenchConfig) -> str:
                 rows.append(load(url, path, payloads, concurrency=c, requests=n, timeout=600))
     from .profile import search_profile
 
-    profile = search_profile(cfg.home, [p["query"] for p in search])
+    queries = [p["query"] for p in search]
+    if cfg.tiny:
+        profile = search_profile(cfg.home, queries, repeats=3, demo_langs=TINY_LANGS)
+        served = f"`samelang serve --generator none --langs {TINY_LANGS}` (bundled {TINY_LANGS} demo index"
+    else:
+        profile = search_profile(cfg.home, queries)
+        served = "`samelang serve --generator none` (bundled en+zh demo index, 480 paragraphs"
     return format_http_table(rows) + (
-        "\n\nServer: `samelang serve --generator none` (bundled en+zh demo index, 480 paragraphs; defaults: "
+        f"\n\nServer: {served}; defaults: "
         "micro-batching on, 2 ms window); the load generator runs on the same cores.\n\n"
         "Where a /search request's time goes (in process, same models and index, no HTTP):\n\n" + profile
     )
@@ -223,9 +245,10 @@ def bench_soak(cfg: BenchConfig) -> str:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, **({"SAMELANG_HOME": str(cfg.home)} if cfg.home else {})}
-    cmd = [sys.executable, "-m", "samelang", "serve", "--port", str(port), "--generator", "none"]
+    cmd = _serve_command(cfg, port)
     with ServerProcess(cmd, url, Path(cfg.out) / "server-soak.log", env=env) as server:
-        out = soak(url, server.proc.pid, seconds=cfg.soak_seconds, concurrency=8)
+        langs = (TINY_LANGS,) if cfg.tiny else ("en", "zh")
+        out = soak(url, server.proc.pid, seconds=cfg.soak_seconds, concurrency=8, index_langs=langs)
     return format_soak(out) + (
         "\n\nServer: `samelang serve --generator none` (bundled demo index), 8 concurrent clients on the same cores."
     )
@@ -247,8 +270,9 @@ def bench_build(cfg: BenchConfig) -> Built:
     from service.models.engine import EngineOptions
     from service.models.registry import default_biencoder, demo_index_path
 
-    langs = ["en", "zh"] if cfg.quick else list(XQUAD_LANGS)
-    docs = load_xquad(langs, split="all").documents()
+    langs = ["en"] if cfg.tiny else ["en", "zh"] if cfg.quick else list(XQUAD_LANGS)
+    # tiny: a slice, so the demo index (all 240 paragraphs per language) is not written from it
+    docs = load_xquad(langs, split="test").documents()[:24] if cfg.tiny else load_xquad(langs, split="all").documents()
     t0 = time.perf_counter()
     enc = Encoder(default_biencoder(cfg.home), home=cfg.home, options=EngineOptions())
     load_s = time.perf_counter() - t0
@@ -264,10 +288,12 @@ def bench_build(cfg: BenchConfig) -> Built:
         try:
             current_generation(demo)
         except IndexNotFound:  # the en+zh build is the server's demo index: the http section need not redo it
-            with atomic_dir(demo) as scratch:
-                shutil.copytree(Path(tmp) / "idx", scratch, dirs_exist_ok=True)
+            if not cfg.tiny:
+                with atomic_dir(demo) as scratch:
+                    shutil.copytree(Path(tmp) / "idx", scratch, dirs_exist_ok=True)
     per_doc = build_s / len(docs)
-    rows = [[f"XQuAD {'+'.join(langs) if len(langs) < 12 else 'all 12 languages'}", f"{len(docs):,}",
+    rows = [[f"XQuAD {'+'.join(langs) if len(langs) < 12 else 'all 12 languages'}" + (" (slice)" if cfg.tiny else ""),
+             f"{len(docs):,}",
              f"{build_s:.1f}", f"{len(docs) / build_s:.1f}", f"{per_doc * 2880:.0f}", f"{load_s:.1f}",
              enc.engine.precision]]  # fmt: skip
     head = ["corpus", "paragraphs", "build s", "paragraphs/s", "2,880 paragraphs s (projected)", "model load s",
@@ -278,8 +304,8 @@ def bench_build(cfg: BenchConfig) -> Built:
 def bench_scale(cfg: BenchConfig, seeds: np.ndarray) -> str:
     from .scale import format_scale_table, run_scale
 
-    sizes = (10_000, 100_000) if cfg.quick else (10_000, 100_000, 1_000_000)
-    rows = run_scale(seeds, sizes=sizes, n_queries=200, k=10)
+    sizes = (1_000,) if cfg.tiny else (10_000, 100_000) if cfg.quick else (10_000, 100_000, 1_000_000)
+    rows = run_scale(seeds, sizes=sizes, n_queries=20 if cfg.tiny else 200, k=10)
     return format_scale_table(rows) + (
         f"\n\nVectors: perturbations of the {len(seeds):,} real paragraph embeddings of the build section "
         "(clustered like real data, not iid Gaussian); latency = one query per search call, as /search does."
@@ -289,7 +315,8 @@ def bench_scale(cfg: BenchConfig, seeds: np.ndarray) -> str:
 def run(cfg: BenchConfig) -> str:
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
-    parts = [f"# samelang bench{' --quick' if cfg.quick else ''}\n\nMachine: {cpu_line()}; torch threads: "
+    size = " --tiny" if cfg.tiny else " --quick" if cfg.quick else ""
+    parts = [f"# samelang bench{size}\n\nMachine: {cpu_line()}; torch threads: "
              f"{_threads()}; repeats: {cfg.repeats} (medians)."]  # fmt: skip
     seeds = None
     for name in cfg.sections:

@@ -30,11 +30,13 @@ def rss_mb(pid: int) -> float:
     raise RuntimeError(f"no VmRSS for pid {pid}")
 
 
-def payloads() -> dict[str, list[dict]]:
+def payloads(index_langs: tuple[str, ...] = ("en", "zh")) -> dict[str, list[dict]]:
+    """Requests of each kind; /diagnose labels name the gold paragraph in each of ``index_langs``
+    (the served index's languages: a label outside the index is a 422)."""
     x = load_xquad(["en", "zh"], split="test")
     qs = [q for q in x.questions]
     paras = [d.text for d in x.documents()]
-    labelled = [{"query": q.text, "relevant": [f"xquad-en-{q.group[6:]}", f"xquad-zh-{q.group[6:]}"]} for q in qs]
+    labelled = [{"query": q.text, "relevant": [f"xquad-{lang}-{q.group[6:]}" for lang in index_langs]} for q in qs]
     return {
         "search": [{"query": q.text, "k": 10} for q in qs[:200]],
         "search_rerank": [{"query": q.text, "k": 5, "rerank": True, "rerank_k": 10} for q in qs[200:260]],
@@ -46,9 +48,9 @@ def payloads() -> dict[str, list[dict]]:
     }
 
 
-async def _soak(base_url: str, pid: int, seconds: float, concurrency: int, seed: int) -> dict:
+async def _soak(base_url: str, pid: int, seconds: float, concurrency: int, seed: int, index_langs) -> dict:
     rng = random.Random(seed)
-    data = payloads()
+    data = payloads(index_langs)
     kinds = [k for k, w in MIX for _ in range(w)]
     route = {"search_rerank": "/search"}
     stats = {k: {"requests": 0, "errors": 0, "latencies": []} for k, _ in MIX}
@@ -94,8 +96,15 @@ async def _soak(base_url: str, pid: int, seconds: float, concurrency: int, seed:
     return {"stats": stats, "rss": rss, "first_error": first_error[:3], "seconds": time.monotonic() - start}
 
 
-def soak(base_url: str, pid: int, seconds: float = 600, concurrency: int = 8, seed: int = 0) -> dict:
-    out = asyncio.run(_soak(base_url, pid, seconds, concurrency, seed))
+def soak(
+    base_url: str,
+    pid: int,
+    seconds: float = 600,
+    concurrency: int = 8,
+    seed: int = 0,
+    index_langs: tuple[str, ...] = ("en", "zh"),
+) -> dict:
+    out = asyncio.run(_soak(base_url, pid, seconds, concurrency, seed, tuple(index_langs)))
     values = [mb for t, mb in out["rss"] if t >= min(30.0, seconds / 5)] or [mb for _, mb in out["rss"]]
     fifth = max(1, len(values) // 5)
     first, last = statistics.median(values[:fifth]), statistics.median(values[-fifth:])

@@ -12,6 +12,7 @@ soon as ``max_items`` inputs are waiting, so a lone request waits at most ``max_
 
 from __future__ import annotations
 
+import copy
 import queue
 import threading
 import time
@@ -115,3 +116,72 @@ class MicroBatcher:
         for j in jobs:
             j.future.set_result(out[start : start + len(j.items)])
             start += len(j.items)
+
+
+class BatchedEncoder:
+    """An encoder whose ``encode_queries`` calls of up to ``max_items`` texts go through a
+    :class:`MicroBatcher` of its own; everything else is the wrapped encoder's.
+
+    The batcher belongs to whoever wraps (the app, see :func:`micro_batched`), not to the encoder:
+    two apps serving one loaded encoder each gather with their own window and report to their own
+    metrics, and closing one app stops only its batcher."""
+
+    def __init__(self, encoder, max_wait_ms: float, max_items: int, on_batch=None):
+        self._inner = encoder
+        self.batcher = MicroBatcher(encoder.encode_queries, max_wait_ms, max_items, "queries", on_batch)
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def encode_queries(self, texts: list[str], progress: bool = False) -> np.ndarray:
+        if 0 < len(texts) <= self.batcher.max_items:
+            return self.batcher.submit(texts)
+        return self._inner.encode_queries(texts, progress)  # a large batch gains nothing from waiting
+
+
+class BatchedReranker:
+    """A cross-encoder whose (query, document) pairs of concurrent requests, up to ``max_items``
+    per call, go through a :class:`MicroBatcher` of its own (see :class:`BatchedEncoder`)."""
+
+    def __init__(self, reranker, max_wait_ms: float, max_items: int, on_batch=None):
+        self._inner = reranker
+        self.batcher = MicroBatcher(reranker.score_pairs, max_wait_ms, max_items, "pairs", on_batch)
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def score_pairs(self, pairs: list[tuple[str, str]], progress: bool = False) -> np.ndarray:
+        if 0 < len(pairs) <= self.batcher.max_items and not progress:
+            return self.batcher.submit(list(pairs))
+        return self._inner.score_pairs(pairs, progress)
+
+    def score(self, query: str, documents: list[str]) -> np.ndarray:
+        # the wrapped reranker's own ``score`` would call its own ``score_pairs``, past the batcher
+        if not documents:
+            return np.zeros(0, dtype=np.float32)
+        return self.score_pairs([(query, d) for d in documents])
+
+
+def micro_batched(pipeline, max_wait_ms: float, max_items: int, on_batch=None) -> tuple[object, list[MicroBatcher]]:
+    """``pipeline`` with its encoder's queries and its cross-encoder's pairs micro-batched, and the
+    new batchers (the caller closes them). ``on_batch(model, n_inputs, n_requests)`` is told each
+    batch, ``model`` being ``"encoder"`` or ``"reranker"``. A reranker that scores with the served
+    encoder (the bi-encoder cosine) gets the batched encoder, so its queries are gathered too and
+    the pipeline still recognises it as the encoder's own."""
+    changes: dict = {}
+    batchers: list[MicroBatcher] = []
+
+    def report(model: str):
+        return None if on_batch is None else (lambda n_inputs, n_requests: on_batch(model, n_inputs, n_requests))
+
+    encoder, reranker = pipeline.encoder, pipeline.reranker
+    if hasattr(encoder, "encode_queries"):
+        changes["encoder"] = BatchedEncoder(encoder, max_wait_ms, max_items, report("encoder"))
+        batchers.append(changes["encoder"].batcher)
+    if hasattr(reranker, "score_pairs"):
+        changes["reranker"] = BatchedReranker(reranker, max_wait_ms, max_items, report("reranker"))
+        batchers.append(changes["reranker"].batcher)
+    elif "encoder" in changes and getattr(reranker, "encoder", None) is encoder:
+        changes["reranker"] = copy.copy(reranker)
+        changes["reranker"].encoder = changes["encoder"]
+    return pipeline.replace(**changes), batchers

@@ -71,18 +71,19 @@ def load_components(cfg: ServiceSettings) -> Components:
     return Components(pipeline, {"load_seconds": round(time.perf_counter() - t0, 2)})
 
 
-def install_micro_batching(pipeline: Pipeline, cfg: ServiceSettings, metrics: Metrics) -> None:
-    """Route concurrent queries and rerank pairs through micro-batchers that report to ``metrics``."""
+def micro_batching(pipeline: Pipeline, cfg: ServiceSettings, metrics: Metrics) -> tuple[Pipeline, list]:
+    """``pipeline`` with concurrent queries and rerank pairs gathered by micro-batchers built from
+    this app's ``cfg`` and reporting to this app's ``metrics``, and those batchers (closed when the
+    app stops). The batchers belong to the app, not to the models it shares with other apps."""
     if not cfg.micro_batching:
-        return
-    for name, model in (("encoder", pipeline.encoder), ("reranker", pipeline.reranker)):
-        if hasattr(model, "enable_micro_batching"):
+        return pipeline, []
+    from ..batching import micro_batched
 
-            def on_batch(n_inputs: int, n_requests: int, name=name) -> None:
-                metrics.batch.labels(name).observe(n_inputs)
-                metrics.batch_requests.labels(name).observe(n_requests)
+    def on_batch(model: str, n_inputs: int, n_requests: int) -> None:
+        metrics.batch.labels(model).observe(n_inputs)
+        metrics.batch_requests.labels(model).observe(n_requests)
 
-            model.enable_micro_batching(cfg.batch_wait_ms, cfg.max_batch_items, on_batch)
+    return micro_batched(pipeline, cfg.batch_wait_ms, cfg.max_batch_items, on_batch)
 
 
 def describe(pipeline: Pipeline, cfg: ServiceSettings) -> dict:
@@ -339,8 +340,8 @@ def create_app(cfg: ServiceSettings | None = None, components: Components | None
         if getattr(app.state, "components", None) is None:
             app.state.components = await run_in_threadpool(load_components, cfg)
             log.info("samelang ready: %d documents", app.state.components.pipeline.index.size)
-        install_micro_batching(app.state.components.pipeline, cfg, app.state.metrics)
-        app.state.handlers = Handlers(app.state.components.pipeline)
+        pipeline, batchers = micro_batching(app.state.components.pipeline, cfg, app.state.metrics)
+        app.state.handlers = Handlers(pipeline)
         watcher = asyncio.ensure_future(watch_index(app, cfg.index_reload_s)) if cfg.index_reload_s > 0 else None
         try:
             yield
@@ -349,6 +350,8 @@ def create_app(cfg: ServiceSettings | None = None, components: Components | None
                 watcher.cancel()
             for budget in list(app.state.budgets):  # work still running stops at its next check
                 budget.cancel("shutdown")
+            for batcher in batchers:
+                batcher.close()
 
     app = FastAPI(
         title="samelang",

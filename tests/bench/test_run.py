@@ -31,3 +31,75 @@ def test_unknown_section_is_refused():
 
     result = CliRunner().invoke(app, ["bench", "--section", "gpu"])
     assert result.exit_code == 2 and "unknown section" in result.output
+
+
+# section -> (the table's header cells after the first, the first cells of its rows); the first
+# header cell names the model or corpus, so only its start is checked
+TABLES = {
+    "build": ("corpus", ["paragraphs", "build s", "paragraphs/s", "2,880 paragraphs s (projected)", "model load s",
+                        "precision"], ["XQuAD en (slice)"]),
+    "scale": ("vectors", ["index", "params", "build s", "bytes/vector", "recall@10", "p50 ms", "p95 ms"],
+              ["1,000", "1,000", "1,000"]),
+    "embed": ("encoder (", ["passages/s", "tokens/s", "vs ST fp32", "% of fp32 peak"],
+              ["sentence-transformers encode fp32, batch 32 (reference)", "samelang engine fp32"]),
+    "rerank": ("reranker (", ["latency s", "pairs/s", "vs CrossEncoder"],
+               ["sentence-transformers CrossEncoder.predict fp32, batch 32 (reference)", "samelang engine fp32"]),
+    "http": ("route", ["concurrency", "requests", "errors", "p50 ms", "p95 ms", "p99 ms", "req/s", "x vs c=1"],
+             ["/search", "/search", "/rerank", "/rerank"]),
+    "soak": ("traffic", ["requests", "errors", "p50 ms"],
+             ["search", "search_rerank", "rerank", "answer", "diagnose", "hang_up"]),
+}  # fmt: skip
+
+
+def first_table(text: str) -> list[list[str]]:
+    """The cells of the first Markdown table in ``text``, header first, separator row dropped."""
+    lines = [ln for ln in text.splitlines() if ln.startswith("|")]
+    block = []
+    for ln in text.splitlines()[text.splitlines().index(lines[0]) :]:
+        if not ln.startswith("|"):
+            break
+        block.append([c.strip() for c in ln.strip().strip("|").split("|")])
+    return [block[0]] + block[2:]
+
+
+def test_every_section_runs_at_tiny_sizes_and_prints_its_table(tmp_path, samelang_home):
+    """``samelang bench --tiny`` with every section (soak included): each prints its table with
+    the README's columns and one row per measurement. One process, as a user runs it; the sizes
+    are a handful of inputs (1-2 minutes on 2 cores), so the numbers mean nothing here."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "SAMELANG_HOME": str(samelang_home)}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(repo), os.environ.get("PYTHONPATH")) if p)
+    sections = [a for s in TABLES for a in ("--section", s)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "samelang",
+        "bench",
+        "--tiny",
+        *sections,
+        "--soak-seconds",
+        "1",
+        "--out",
+        str(tmp_path),
+    ]
+    proc = subprocess.run(cmd, env=env, cwd=repo, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = proc.stdout
+    assert out.startswith("# samelang bench --tiny") and (tmp_path / "bench.md").read_text().strip() == out.strip()
+    chunks = out.split("\n## ")[1:]
+    assert [c.split(" ", 1)[0] for c in chunks] == list(TABLES)
+    for chunk in chunks:
+        name = chunk.split(" ", 1)[0]
+        first, head, rows = TABLES[name]
+        table = first_table(chunk)
+        bare = [[c.split(" (")[0] for c in row] for row in table]  # without "(onnx)", "(134 GFLOP/s)", ...
+        assert table[0][0].startswith(first) and bare[0][1:] == [h.split(" (")[0] for h in head], (name, table[0])
+        assert [r[0] for r in bare[1:]] == [r.split(" (")[0] for r in rows], (name, table)
+        assert all(len(r) == len(table[0]) for r in table), (name, table)
+        if name in ("http", "soak"):
+            errors = table[0].index("errors")
+            assert all(r[errors] == "0" for r in table[1:]), (name, table)

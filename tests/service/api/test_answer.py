@@ -3,7 +3,7 @@ real HTTP server (serving the same embedded generator), retries, timeouts and 50
 
 from __future__ import annotations
 
-import time
+import threading
 
 import httpx
 import pytest
@@ -29,18 +29,22 @@ class Completion(BaseModel):
     temperature: float = 0.0
 
 
-def openai_stub(gen: TransformersGenerator, fail_first: int = 0, delay: float = 0.0):
-    """A minimal OpenAI-compatible /v1/completions server over the embedded generator."""
+def openai_stub(gen: TransformersGenerator, fail_first: int = 0, hold: threading.Event | None = None):
+    """A minimal OpenAI-compatible /v1/completions server over the embedded generator; with ``hold``
+    each request waits until the event is set (a server that does not answer in time), and
+    ``state.answered`` counts the requests that got past it."""
     app = FastAPI()
     app.state.calls = 0
+    app.state.answered = 0
 
     @app.post("/v1/completions")
     def completions(req: Completion):
         app.state.calls += 1
         if app.state.calls <= fail_first:
             return _error()
-        if delay:
-            time.sleep(delay)
+        if hold is not None:
+            hold.wait(120)
+            app.state.answered += 1
         text = gen.generate(req.prompt, req.max_tokens)
         return {"id": "cmpl-1", "object": "text_completion", "model": req.model,
                 "choices": [{"index": 0, "text": " " + text, "finish_reason": "stop"}]}  # fmt: skip
@@ -84,14 +88,17 @@ def test_openai_generator_against_a_real_server(service_settings, pipeline, gemm
 
 
 def test_openai_generator_timeout_and_retries(gemma):
-    stub = openai_stub(gemma, delay=3.0)
+    # the stub answers nobody until released: the client gave up by its own timeout (no clock here)
+    hold = threading.Event()
+    stub = openai_stub(gemma, hold=hold)
     with running(stub) as llm_url:
         gen = OpenAIGenerator(llm_url, "m", timeout=0.5, retries=1, backoff=0.01)
-        t0 = time.perf_counter()
-        with pytest.raises(GeneratorUnavailable, match="after 2 attempts"):
-            gen.generate("Question: x\nAnswer:", 4)
-        assert time.perf_counter() - t0 < 3.0
-        assert stub.state.calls == 2
+        try:
+            with pytest.raises(GeneratorUnavailable, match="after 2 attempts"):
+                gen.generate("Question: x\nAnswer:", 4)
+            assert stub.state.calls == 2 and stub.state.answered == 0
+        finally:
+            hold.set()
     stub = openai_stub(gemma, fail_first=10)
     with running(stub) as llm_url:
         with pytest.raises(GeneratorUnavailable, match="503"):

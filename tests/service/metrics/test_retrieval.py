@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+import pytrec_eval  # the `test` extra declares pytrec-eval-terrier: missing is an error, not a skip
 
 from service import metrics as M
 
@@ -89,7 +90,6 @@ def test_queries_without_relevant_documents_are_an_error():
 
 
 def test_against_pytrec_eval_on_random_rankings():
-    pytrec_eval = pytest.importorskip("pytrec_eval")
     rng = np.random.default_rng(7)
     nq, nd = 60, 40
     scores = rng.random((nq, nd))

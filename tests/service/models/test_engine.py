@@ -9,14 +9,13 @@ import json
 import numpy as np
 import pytest
 
-from service.models.engine import (
-    EMBEDDING_MIN_COSINE,
-    SCORE_MAX_ABS_DIFF,
-    EngineConfigError,
-    EngineOptions,
-    resolve,
-    token_batches,
-)
+from service.models.engine import EngineConfigError, EngineOptions, resolve, token_batches
+
+# The tolerances are the test's own statement of what each precision may cost, not the engine's
+# constants: a test that imports them from the code under test passes whatever the code loosens
+# them to. Same values as the engine records today (int8 scores: up to 0.155 seen on XQuAD).
+EMBEDDING_MIN_COSINE = {"fp32": 0.9999, "bf16": 0.99, "fp16": 0.99, "int8": 0.98}
+SCORE_MAX_ABS_DIFF = {"fp32": 1e-4, "bf16": 0.03, "fp16": 0.03, "int8": 0.2}
 
 TEXTS = [
     "The Rhine flows from the Swiss Alps to the North Sea and passes through Cologne.",

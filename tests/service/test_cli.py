@@ -1,0 +1,75 @@
+"""``samelang serve`` as shipped: the real command in a subprocess, with the defaults of
+``models/serving.json`` and nothing else configured, checked over HTTP.
+
+Only ``--langs en`` (the one-language demo index, 240 paragraphs, built once into the shared
+``SAMELANG_HOME``) and ``--generator none`` keep it fast; every other setting is the shipped
+default, so a change of ``serving.json`` that the server does not load (a renamed model folder,
+a key the registry misreads) fails here and not in production."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from bench.http_load import ServerProcess, free_port
+from indexes.corpora import load_xquad
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def served(samelang_home, tmp_path_factory):
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    # the child sees no SAMELANG_* setting but the model cache: the shipped defaults, nothing else
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SAMELANG_")}
+    env["SAMELANG_HOME"] = str(samelang_home)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+    cmd = [sys.executable, "-m", "samelang", "serve", "--port", str(port), "--langs", "en", "--generator", "none"]
+    log = tmp_path_factory.mktemp("serve") / "server.log"
+    with ServerProcess(cmd, url, log, env=env, cwd=REPO, ready_timeout=900):  # the first run builds the index
+        with httpx.Client(base_url=url, timeout=120) as client:
+            yield client
+
+
+def test_serve_runs_the_shipped_defaults(served, base_model_path):
+    from service.models.reranker import BI_ENCODER_COSINE
+
+    card = json.loads((REPO / "models" / "serving.json").read_text())["served"]
+    retriever = base_model_path.name if card["retriever"] == "base" else card["retriever"]
+    reranks = card["reranker"] != "none"
+
+    ready = served.get("/ready")
+    assert ready.status_code == 200, ready.text
+    assert ready.json()["documents"] == len(load_xquad(["en"], split="all").documents()) == 240
+
+    info = served.get("/info").json()
+    assert info["defaults"] == {
+        "retriever": retriever,
+        "reranker": card["reranker"] if reranks else None,
+        "rerank_k": card["rerank_k"] if reranks else None,
+        "candidates": card["candidates"],
+        "reranks_by_default": reranks,
+    }
+    assert info["encoder"]["name"] == retriever and info["index"]["source"] == "xquad:en:all"
+    if card["reranker"] in ("none", "cosine"):
+        assert info["reranker"]["kind"] == BI_ENCODER_COSINE
+    else:
+        assert info["reranker"]["name"] == card["reranker"]
+    assert info["generator"]["name"] == "none" and info["micro_batching"]["enabled"]
+
+    questions = load_xquad(["en"], split="test").questions[:5]
+    found = 0
+    for q in questions:
+        r = served.post("/search", json={"query": q.text, "k": 10})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert len(body["hits"]) == 10 and body["query_lang"] == "en"
+        assert body["components"]["retriever"] == retriever
+        found += q.group in {h["group"] for h in body["hits"]}
+    assert found >= 4, found  # the gold paragraph is retrieved: the index and the model belong together
