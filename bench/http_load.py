@@ -14,6 +14,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
@@ -26,6 +27,27 @@ def _percentiles_ms(latencies_s: list[float]) -> tuple[float | None, float | Non
         return None, None, None
     p50, p95, p99 = np.percentile(np.asarray(latencies_s) * 1e3, [50, 95, 99])
     return float(p50), float(p95), float(p99)
+
+
+@dataclass
+class _Tally:
+    """What the workers of one run share (one event loop: no locks needed)."""
+
+    requests: int
+    sent: int = 0
+    errors: int = 0
+    first_error: str | None = None
+    latencies: list[float] = field(default_factory=list)
+
+    def next_index(self) -> int | None:
+        if self.sent >= self.requests:
+            return None
+        self.sent += 1
+        return self.sent - 1
+
+    def error(self, message: str) -> None:
+        self.errors += 1
+        self.first_error = self.first_error or message
 
 
 async def run_load(
@@ -48,10 +70,7 @@ async def run_load(
     if concurrency < 1 or requests < 1:
         raise ValueError("concurrency and requests must be at least 1")
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    latencies: list[float] = []
-    errors = 0
-    first_error: str | None = None
-    sent = 0
+    tally = _Tally(requests)
 
     async with httpx.AsyncClient(base_url=base_url, timeout=timeout, limits=limits, headers=headers) as client:
         try:
@@ -60,41 +79,28 @@ async def run_load(
             pass  # the timed run will count and report it
 
         async def worker() -> None:
-            nonlocal sent, errors, first_error
-            while sent < requests:  # one event loop: the check and the increment cannot interleave
-                i = sent
-                sent += 1
+            while (i := tally.next_index()) is not None:
                 t0 = time.perf_counter()
                 try:
                     r = await client.post(path, json=payloads[i % len(payloads)])
                 except Exception as e:  # any failure is an error of the run, not of the harness
-                    errors += 1
-                    first_error = first_error or f"{type(e).__name__} on {path}: {e}"
+                    tally.error(f"{type(e).__name__} on {path}: {e}")
                     continue
-                dt = time.perf_counter() - t0
                 if 200 <= r.status_code < 300:
-                    latencies.append(dt)
+                    tally.latencies.append(time.perf_counter() - t0)
                 else:
-                    errors += 1
-                    first_error = first_error or f"HTTP {r.status_code} on {path}: {r.text[:300]}"
+                    tally.error(f"HTTP {r.status_code} on {path}: {r.text[:300]}")
 
         t0 = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(min(concurrency, requests))))
         wall_s = time.perf_counter() - t0
 
-    p50, p95, p99 = _percentiles_ms(latencies)
+    p50, p95, p99 = _percentiles_ms(tally.latencies)
     return {
-        "path": path,
-        "concurrency": concurrency,
-        "requests": requests,
-        "errors": errors,
-        "first_error": first_error,
-        "p50_ms": p50,
-        "p95_ms": p95,
-        "p99_ms": p99,
-        "throughput_rps": len(latencies) / wall_s if wall_s > 0 else 0.0,
-        "wall_s": wall_s,
-    }
+        "path": path, "concurrency": concurrency, "requests": requests, "errors": tally.errors,
+        "first_error": tally.first_error, "p50_ms": p50, "p95_ms": p95, "p99_ms": p99,
+        "throughput_rps": len(tally.latencies) / wall_s if wall_s > 0 else 0.0, "wall_s": wall_s,
+    }  # fmt: skip
 
 
 def load(

@@ -190,46 +190,46 @@ def run_scale(
     bar = tqdm(total=len(size_list) * len(order), desc="scale", disable=not progress)
     for n, corpus_rng in zip(size_list, corpus_rngs):
         x = make_vectors(seeds, n, corpus_rng)
-        nlist = ivf_nlist(n)
         truth = None
         for kind in order:
             bar.set_postfix_str(f"n={n:,} {kind}")
-            t0 = time.perf_counter()
-            index = _build(kind, x, nlist, build_rng, progress)
-            build_s = time.perf_counter() - t0
-            if kind == "flat":
-                truth = _exact_top_k(index, q, k)
-                recall, met, params, note = 1.0, None, "exact", ""
-            else:
-                value, recall, met = _tune(index, kind, q, truth, k, recall_target, nlist)
-                if kind == "hnsw":
-                    params = f"M={HNSW_M} efC={HNSW_EF_CONSTRUCTION} efSearch={value}"
-                else:
-                    params = f"nlist={nlist} nprobe={value}"
-                note = "" if met else f"recall target {recall_target} not met; largest swept value kept"
+            row, truth = _measure(kind, x, q, truth, k, recall_target, build_rng, progress, timed=kind in kinds)
             if kind in kinds:
-                lat = _latencies_ms(index, q, k)
-                rows.append(
-                    {
-                        "n": n,
-                        "kind": kind,
-                        "params": params,
-                        "build_s": build_s,
-                        "bytes_per_vector": serialized_bytes(index) / n,
-                        "recall_at_10": recall,
-                        "p50_ms": float(np.percentile(lat, 50)),
-                        "p95_ms": float(np.percentile(lat, 95)),
-                        "target_met": met,
-                        "note": note,
-                    }
-                )
-            del index
+                rows.append({"n": n, **row})
             gc.collect()
             bar.update()
         del x
         gc.collect()
     bar.close()
     return rows
+
+
+def _measure(kind, x, q, truth, k, recall_target, build_rng, progress, timed=True) -> tuple[dict, np.ndarray]:
+    """Build one index over ``x``, tune it against ``truth`` (Flat: it *is* the truth) and time it;
+    returns the row (latency only when ``timed``: a Flat built just for the truth is not timed) and
+    the ground truth. The index is freed on return."""
+    nlist = ivf_nlist(len(x))
+    t0 = time.perf_counter()
+    index = _build(kind, x, nlist, build_rng, progress)
+    build_s = time.perf_counter() - t0
+    if kind == "flat":
+        truth = _exact_top_k(index, q, k)
+        recall, met, params, note = 1.0, None, "exact", ""
+    else:
+        value, recall, met = _tune(index, kind, q, truth, k, recall_target, nlist)
+        params = (
+            f"M={HNSW_M} efC={HNSW_EF_CONSTRUCTION} efSearch={value}"
+            if kind == "hnsw"
+            else f"nlist={nlist} nprobe={value}"
+        )
+        note = "" if met else f"recall target {recall_target} not met; largest swept value kept"
+    lat = _latencies_ms(index, q, k) if timed else np.zeros(1)
+    row = {
+        "kind": kind, "params": params, "build_s": build_s, "bytes_per_vector": serialized_bytes(index) / len(x),
+        "recall_at_10": recall, "p50_ms": float(np.percentile(lat, 50)), "p95_ms": float(np.percentile(lat, 95)),
+        "target_met": met, "note": note,
+    }  # fmt: skip
+    return row, truth
 
 
 def format_scale_table(rows: list[dict]) -> str:
