@@ -69,3 +69,14 @@ def test_the_model_folder_format_has_one_owner():
         if name in path.read_text()
     ]
     assert owner.exists() and not found, found
+
+
+def test_the_readme_architecture_names_modules_that_exist():
+    """Every ``*.py`` the README's architecture block names is a file of the project (it drifted before)."""
+    import re
+
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("## Architecture")[1].split("```")[1]
+    named = set(re.findall(r"\b([a-z_0-9]+\.py)\b", block))
+    existing = {p.name for p in _sources()}
+    assert named and named <= existing, sorted(named - existing)
