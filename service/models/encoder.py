@@ -8,7 +8,6 @@ import numpy as np
 
 from indexes.index import ModelInfo
 
-from ..batching import MicroBatcher
 from .engine import EngineOptions, InferenceEngine
 from .folder import is_model_folder, load_model, model_fingerprint
 
@@ -81,15 +80,6 @@ class Encoder:
             model_dir=self.path,
         )
 
-        self._query_batcher: MicroBatcher | None = None
-
-    def enable_micro_batching(self, max_wait_ms: float, max_items: int, on_batch=None) -> None:
-        """Gather concurrent ``encode_queries`` calls (the service's /search traffic) into one pass."""
-        if self._query_batcher is None:
-            encode = lambda texts: self._encode(texts, self._query_prompt)  # noqa: E731
-            self._query_batcher = MicroBatcher(encode, max_wait_ms, max_items, "queries", on_batch)
-        self._query_batcher.on_batch = on_batch
-
     @property
     def precision(self) -> str:
         """``fp32`` or e.g. ``int8``: what embedding caches must key on besides the fingerprint."""
@@ -105,9 +95,8 @@ class Encoder:
         return self.engine.run([prompt + t for t in texts], progress=progress)
 
     def encode_queries(self, texts: list[str], progress: bool = False) -> np.ndarray:
-        b = self._query_batcher
-        if b is not None and 0 < len(texts) <= b.max_items:
-            return b.submit(texts)
+        """Queries as the model was trained to see them (its query prompt). The service gathers
+        concurrent calls into one pass with its own micro-batcher (:mod:`service.batching`)."""
         return self._encode(texts, self._query_prompt, progress)
 
     def encode_passages(self, texts: list[str], progress: bool = False) -> np.ndarray:

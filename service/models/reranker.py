@@ -6,7 +6,6 @@ from pathlib import Path
 
 import numpy as np
 
-from ..batching import MicroBatcher
 from .encoder import Encoder, cache_dir
 from .engine import EngineOptions, InferenceEngine, sigmoid
 from .folder import is_model_folder, load_model, model_fingerprint
@@ -61,23 +60,14 @@ class CrossEncoderReranker:
             activation=sigmoid,  # CrossEncoder.predict's default for one label: scores in (0, 1)
         )
 
-        self._pair_batcher: MicroBatcher | None = None
-
-    def enable_micro_batching(self, max_wait_ms: float, max_items: int, on_batch=None) -> None:
-        """Gather the (query, document) pairs of concurrent requests into one pass."""
-        if self._pair_batcher is None:
-            self._pair_batcher = MicroBatcher(self.engine.run, max_wait_ms, max_items, "pairs", on_batch)
-        self._pair_batcher.on_batch = on_batch
-
     @property
     def precision(self) -> str:
         """``fp32`` or e.g. ``int8``: what score caches must key on besides the fingerprint."""
         return self.engine.precision
 
     def score_pairs(self, pairs: list[tuple[str, str]], progress: bool = False) -> np.ndarray:
-        b = self._pair_batcher
-        if b is not None and 0 < len(pairs) <= b.max_items and not progress:
-            return b.submit(list(pairs))
+        """Scores of (query, document) pairs; the service's micro-batcher (:mod:`service.batching`)
+        gathers the pairs of concurrent requests into one call of this."""
         return self.engine.run(list(pairs), progress=progress)
 
     def score(self, query: str, documents: list[str]) -> np.ndarray:
