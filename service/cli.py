@@ -113,6 +113,9 @@ def serve(cfg: ServiceSettings) -> None:
     from .models.registry import default_biencoder, ensure_demo_index
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # faiss tries its builds from the most specialised down and logs each miss at INFO, which reads like
+    # an error; the build it settled on is in /info (index) and the bench tables
+    logging.getLogger("faiss.loader").setLevel(logging.WARNING)
     model_path = cfg.model or default_biencoder(cfg.home)
     if cfg.index is None:
         encoder = Encoder(model_path, device=cfg.torch_device(), home=cfg.home, options=cfg.engine_options())
