@@ -86,6 +86,14 @@ def micro_batching(pipeline: Pipeline, cfg: ServiceSettings, metrics: Metrics) -
     return micro_batched(pipeline, cfg.batch_wait_ms, cfg.max_batch_items, on_batch)
 
 
+def _faiss_build() -> str:
+    """The faiss build the process loaded (e.g. ``1.13.2 OPTIMIZE AVX512``): its loader tries the
+    most specialised build first, and speed numbers depend on which one it settled on."""
+    import faiss
+
+    return f"{faiss.__version__} {faiss.get_compile_options()}"
+
+
 def describe(pipeline: Pipeline, cfg: ServiceSettings) -> dict:
     """What ``/info`` reports: models, index manifest, generator, limits."""
     enc, index, reranker, generator = pipeline.encoder, pipeline.index, pipeline.reranker, pipeline.generator
@@ -110,7 +118,13 @@ def describe(pipeline: Pipeline, cfg: ServiceSettings) -> dict:
             "max_items": cfg.max_batch_items,
         },
         "generator": {"name": generator.name},
-        "index": {**index.manifest, "path": str(index.path), "generation": index.generation, "on_gpu": index.on_gpu},
+        "index": {
+            **index.manifest,
+            "path": str(index.path),
+            "generation": index.generation,
+            "on_gpu": index.on_gpu,
+            "faiss": _faiss_build(),
+        },  # fmt: skip
         "limits": {
             "k": 1000,
             "query_chars": P.MAX_QUERY_CHARS,
