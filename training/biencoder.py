@@ -47,6 +47,11 @@ class BiencoderArgs(loop.TrainerArgs):
         256, ge=0, description="Triplets per target language (0: all 816; the seed used 2.8k in all)."
     )
     tatoeba_per_lang: int = Field(0, ge=0, description="Extra Tatoeba (s_en, s_tgt) pairs per language for L_JSD.")
+    target_queries: bool = Field(
+        False,
+        description="Also train the target-language question q_t: InfoNCE of q_t over the batch's p_t and over "
+        "its p_en (keeps every language's own retrieval trained; off: the seed's objective).",
+    )
 
 
 class BiEncoderModule(torch.nn.Module):
@@ -83,14 +88,21 @@ class BiEncoderModule(torch.nn.Module):
         return (hidden * mask).sum(1) / mask.sum(1).clamp_min(1.0)
 
 
-def compute_loss(module, loss: str, batch, jsd: JSDLoss, nce: InfoNCELoss, align=None) -> dict[str, torch.Tensor]:
-    """The seed's objective and its ablations on one batch of triplets."""
+def compute_loss(
+    module, loss: str, batch, jsd: JSDLoss, nce: InfoNCELoss, align=None, target_queries: bool = False
+) -> dict[str, torch.Tensor]:
+    """The seed's objective and its ablations on one batch of triplets.
+
+    With ``target_queries`` two query-anchored terms are added (the seed anchors only English
+    questions, and its model lost Mono-Same quality in the other languages):
+    ``L_qt = InfoNCE(q_t, p_t) + InfoNCE(q_t, p_en)``, each question choosing its paragraph (in its
+    own language, then in English) among the batch's paragraphs."""
     q_en = [t.q_en for t in batch]
     p_en = [t.p_en for t in batch]
     p_tgt = [t.p_tgt for t in batch]
     z_t = module(p_tgt, PASSAGE_PREFIX)
     parts: dict[str, torch.Tensor] = {}
-    if loss in ("jsd+nce", "jsd", "nce-psg"):
+    if loss in ("jsd+nce", "jsd", "nce-psg") or target_queries:
         z_en = module(p_en, PASSAGE_PREFIX)
     if loss in ("jsd+nce", "jsd"):
         parts["jsd"] = jsd(z_en, z_t)
@@ -98,6 +110,10 @@ def compute_loss(module, loss: str, batch, jsd: JSDLoss, nce: InfoNCELoss, align
         parts["nce"] = nce(z_t, module(q_en, QUERY_PREFIX))
     if loss == "nce-psg":
         parts["nce_psg"] = nce(z_t, z_en)
+    if target_queries:
+        z_qt = module([t.q_tgt for t in batch], QUERY_PREFIX)
+        parts["nce_qt"] = nce(z_qt, z_t)
+        parts["nce_qt_en"] = nce(z_qt, z_en)
     if align:
         parts["jsd_tatoeba"] = jsd(module([a.en for a in align], ""), module([a.tgt for a in align], ""))
     parts["loss"] = sum(parts.values())
@@ -160,7 +176,7 @@ def train_biencoder(args: BiencoderArgs, log=print) -> Path:
         batch = [triplets[i] for i in batches[(pos * world + rank) % len(batches)]]
         abatch = [align[(step * args.batch_size + i) % len(align)] for i in range(args.batch_size)] if align else None
         with loop.autocast(device, args.precision):
-            parts = compute_loss(fwd, args.loss, batch, jsd, nce, abatch)
+            parts = compute_loss(fwd, args.loss, batch, jsd, nce, abatch, args.target_queries)
         step += 1
         rec = loop.optimiser_step(parts, params, opt, sched, step)
         bar.update(1)

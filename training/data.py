@@ -25,6 +25,7 @@ class Triplet:
     lang: str
     group: str
     article: int
+    q_tgt: str = ""  # the same question in the target language (XQuAD questions are parallel: same id)
 
 
 @dataclass(frozen=True)
@@ -55,9 +56,11 @@ def build_triplets(
     rng = random.Random(seed)
     out: list[Triplet] = []
     for lang in langs:
-        p_tgt = {p.group: p.text for p in load_xquad([lang], split=split).paragraphs}
+        tgt = load_xquad([lang], split=split)
+        p_tgt = {p.group: p.text for p in tgt.paragraphs}
+        q_tgt = {q.id: q.text for q in tgt.questions}
         rows = [
-            Triplet(q.text, p_en[q.group], p_tgt[q.group], lang, q.group, q.article)
+            Triplet(q.text, p_en[q.group], p_tgt[q.group], lang, q.group, q.article, q_tgt.get(q.id, ""))
             for q in en.questions
             if q.article not in exclude_articles
         ]

@@ -46,3 +46,16 @@ def test_group_unique_batches_hold_no_false_negatives():
     assert all(len({groups[i] for i in b}) == len(b) for b in batches)  # no group twice in a batch
     assert all(len(b) == 16 for b in batches[:-3])  # only the tail runs short
     assert batches == group_unique_batches(groups, 16, seed=0) != group_unique_batches(groups, 16, seed=1)
+
+
+def test_triplets_carry_the_parallel_target_question():
+    """XQuAD questions are parallel (same id in every language): each triplet holds its question in
+    the target language too, for the target-query terms of issue 16."""
+    from indexes.corpora import load_xquad
+
+    triplets = build_triplets("de,zh", seed=0, per_lang=20)
+    by_id = {q.text: q.id for q in load_xquad(["en"], split="train").questions}
+    for lang in ("de", "zh"):
+        q_tgt = {q.id: q.text for q in load_xquad([lang], split="train").questions}
+        rows = [t for t in triplets if t.lang == lang]
+        assert rows and all(t.q_tgt == q_tgt[by_id[t.q_en]] and t.q_tgt != t.q_en for t in rows)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from safetensors.numpy import load_file
 
 from training.biencoder import BiencoderArgs, train_biencoder
@@ -40,3 +41,15 @@ def test_adapter_loads_in_the_service_encoder(tmp_path, base_model_path, encoder
     a = aligned.encode_passages(["Der Rhein ist ein Fluss."])
     b = encoder.encode_passages(["Der Rhein ist ein Fluss."])
     assert 0.5 < float((a * b).sum()) < 0.99999  # the adapter is applied, and the model is still sane
+
+
+def test_target_queries_add_their_two_terms(tmp_path, base_model_path):
+    """``--target-queries``: q_t is trained against p_t and p_en, beside the seed's terms."""
+    out = tmp_path / "tq"
+    args = BiencoderArgs(out=out, base=str(base_model_path), langs="de", per_lang=4, batch_size=2, max_steps=1,
+                         max_length=32, dev_n_articles=0, device="cpu", target_queries=True)  # fmt: skip
+    train_biencoder(args, log=lambda *a: None)
+    (step,) = json.loads((out / "history.json").read_text())
+    assert step["nce_qt"] > 0 and step["nce_qt_en"] > 0
+    assert step["loss"] == pytest.approx(step["jsd"] + step["nce"] + step["nce_qt"] + step["nce_qt_en"], rel=1e-5)
+    assert "--target-queries" in (out / "README.md").read_text()
