@@ -170,13 +170,24 @@ def write_card_section(path: str | Path, heading: str, body: str) -> None:
     """Replace the card's section ``heading`` (a ``## `` line) with ``body``, keeping every other
     section where it is; a missing section is appended, a missing card is started with the folder's
     name as title. (Replaces ``training/cli.py``'s ``_write_card_evaluation``.)"""
-    path = Path(path)
-    card = path / CARD
-    text = card.read_text() if card.exists() else f"# {path.name}\n"
-    head, _, rest = text.partition(heading)
-    later = rest[rest.index("\n## ") + 1 :] if "\n## " in rest else ""
+    replace_section(Path(path) / CARD, heading, body)
+
+
+def replace_section(file: str | Path, heading: str, body: str, *, before: str | None = None) -> None:
+    """Replace the Markdown section ``heading`` of ``file`` (up to the next ``## ``) with ``body``,
+    keeping every other section; a missing section goes before the line ``before`` when given and
+    present, else at the end; a missing file is started with its folder's name as title. Model
+    cards and the project README (the served-defaults table) are both kept this way."""
+    file = Path(file)
+    text = file.read_text() if file.exists() else f"# {file.parent.name}\n"
+    if heading not in text and before and before in text:
+        head, _, rest = text.partition(before)
+        later = before + rest
+    else:
+        head, _, rest = text.partition(heading)
+        later = rest[rest.index("\n## ") + 1 :] if "\n## " in rest else ""
     head = head.rstrip("\n") + "\n\n"
-    atomic_write_text(card, head + f"{heading}\n\n{body}" + ("\n" + later if later else ""))
+    atomic_write_text(file, head + f"{heading}\n\n{body}" + ("\n" + later if later else ""))
 
 
 def read_card_section(path: str | Path, heading: str) -> str | None:

@@ -45,18 +45,3 @@ class Report:
         atomic_write_text(out / "results.md", self.table + "\n")
         for name, blob in self.files.items():
             atomic_write_bytes(out / name, blob)
-
-
-def replace_section(path: Path, heading: str, body: str, *, before: str | None = None) -> None:
-    """Replace the Markdown section ``heading`` of ``path`` (up to the next ``## `` heading) with
-    ``body``, keeping every other section; a missing section goes before ``before`` (or at the end)."""
-    text = path.read_text() if path.exists() else f"# {path.parent.name}\n"
-    if heading in text:
-        head, _, rest = text.partition(heading)
-        later = rest[rest.index("\n## ") + 1 :] if "\n## " in rest else ""
-    elif before and before in text:
-        head, _, later = text.partition(before)
-        later = before + later
-    else:
-        head, later = text, ""
-    atomic_write_text(path, head.rstrip("\n") + f"\n\n{heading}\n\n{body.rstrip()}\n" + ("\n" + later if later else ""))

@@ -48,10 +48,11 @@ from tqdm.auto import tqdm
 from indexes.corpora import XQUAD_LANGS, load_xquad
 from indexes.index import open_index
 from service.metrics import audit as A
+from service.models.folder import replace_section
 from service.options import StrList
 from service.pipeline import Defaults, Limits, Pipeline, SearchOptions
 
-from .common import EvalOptions, Report, replace_section
+from .common import EvalOptions, Report
 
 SCORE_CACHE_VERSION = "pipeline-scores-v1"
 TOP_K, CANDIDATES, SAMPLE_PER_LANG = 10, 20, 48

@@ -297,9 +297,7 @@ def score_identity(reranker, max_length: int = 256) -> str:
     """The cache key of a cross-encoder's scores: its weights' fingerprint, the truncation
     length and (past fp32) its precision. One definition for every evaluation that caches
     scores, so that a stale score is never reused and an equal one always is."""
-    from service.models.folder import model_fingerprint
-
-    identity = f"{model_fingerprint(Path(reranker.path))}|max_length={max_length}"
+    identity = f"{reranker.fingerprint}|max_length={max_length}"
     return identity if reranker.precision == "fp32" else f"{identity}|{reranker.precision}"
 
 

@@ -123,3 +123,15 @@ def test_adapter_loads_quietly_with_one_info_line(samelang_home, caplog, capfd):
         "classifier+pooler from the adapter's saved modules"
     ]
     assert not model.training
+
+
+def test_a_missing_section_goes_before_the_anchor_and_is_then_replaced_in_place(tmp_path):
+    """The README's served-defaults table is kept with the same function as the cards' sections."""
+    from service.models.folder import replace_section
+
+    readme = tmp_path / "README.md"
+    readme.write_text("# p\n\nintro\n\n## Data\n\nlicences\n")
+    replace_section(readme, "## Served", "table v1\n", before="## Data")
+    assert readme.read_text() == "# p\n\nintro\n\n## Served\n\ntable v1\n\n## Data\n\nlicences\n"
+    replace_section(readme, "## Served", "table v2\n", before="## Data")
+    assert readme.read_text() == "# p\n\nintro\n\n## Served\n\ntable v2\n\n## Data\n\nlicences\n"
