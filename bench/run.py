@@ -279,7 +279,7 @@ def bench_build(cfg: BenchConfig) -> Built:
     with tempfile.TemporaryDirectory(prefix="samelang-bench-") as tmp:
         t0 = time.perf_counter()
         source = f"xquad:{','.join(langs)}:all"  # what `samelang serve` builds for its demo index
-        build_index(Path(tmp) / "idx", docs, enc.encode_passages, enc.info, source=source)
+        build_index(Path(tmp) / "idx", docs, enc.encode_passages, enc.info, source=source, analyzer=enc.analyzer)
         build_s = time.perf_counter() - t0
         index = open_index(Path(tmp) / "idx", enc.info)
         vectors = faiss.downcast_index(index.faiss_index.index).reconstruct_n(0, index.size)  # flat: row = id

@@ -6,10 +6,12 @@ Layout (each generation is complete and never modified after it is written)::
     DIR/gen-000001/vectors.faiss
     DIR/gen-000001/docs.sqlite
     DIR/gen-000001/manifest.json
+    DIR/gen-000001/lexical/      BM25 over the texts (when the index has a lexical half)
 
 ``add_documents`` writes generation N+1 beside N and then swaps ``CURRENT``
 (``os.replace``), so a crash at any point leaves generation N loadable.
-The embedding model is a callable given by the caller: this package knows no model.
+The embedding model is a callable given by the caller, and so is the analyzer of the optional
+lexical (BM25) half (:mod:`indexes.lexical`): this package knows no model.
 
 Concurrency. Writers (``build_index``, ``add_documents``) hold an exclusive OS lock on
 ``.DIR.lock`` beside the folder from reading ``CURRENT`` to switching it, so two writers run one
@@ -44,6 +46,8 @@ from . import vectors as V
 from .atomic import atomic_dir, atomic_write_text
 from .corpora.records import Document
 from .docstore import DocStore, StoredDoc
+from .lexical import FOLDER as LEXICAL
+from .lexical import Analyzer, LexicalIndex
 
 FORMAT_VERSION = 1
 CURRENT = "CURRENT"
@@ -61,6 +65,10 @@ class IndexNotFound(IndexError_):
 
 class IndexModelMismatch(IndexError_):
     pass
+
+
+class AnalyzerMismatch(IndexError_):
+    """The lexical half was built with another analyzer than the one given now."""
 
 
 class IndexBusy(IndexError_):
@@ -144,6 +152,7 @@ class OpenIndex:
     docs: DocStore
     on_gpu: bool = False
     _reader_fd: int | None = field(default=None, repr=False)
+    lexical: LexicalIndex | None = None  # BM25 over the texts, when the index was built with an analyzer
 
     def __post_init__(self):
         # closed when closed explicitly, or when the last user (an in-flight request) lets go
@@ -276,8 +285,10 @@ def _write_generation(
     store_src: Path | None,
     new_docs: list[StoredDoc],
     manifest: dict,
+    analyze: Analyzer | None = None,
 ) -> dict:
-    """Write a complete generation into ``gen_dir`` (a scratch folder)."""
+    """Write a complete generation into ``gen_dir`` (a scratch folder); with ``analyze``, its
+    lexical half over every text of the generation (named in ``manifest["lexical"]``)."""
     db_path = gen_dir / "docs.sqlite"
     if store_src is not None:
         shutil.copyfile(store_src, db_path)
@@ -288,6 +299,10 @@ def _write_generation(
         manifest["n_docs"] = len(store)
         manifest["counts_per_lang"] = store.lang_counts()
         manifest["corpus_sha256"] = _corpus_checksum(store)
+        if analyze is not None:
+            texts = [text for _, text in store.id_text_rows()]
+            (gen_dir / LEXICAL).mkdir()
+            LexicalIndex.build(texts, analyze, manifest["lexical"]["analyzer"]).save(gen_dir / LEXICAL)
     finally:
         store.close()
     if manifest["n_docs"] != index.ntotal:
@@ -306,8 +321,10 @@ def build_index(
     detect: Callable[[list[str]], list] | None = None,
     batch_size: int = 32,
     source: str = "",
+    analyzer: tuple[str, Analyzer] | None = None,
 ) -> dict:
-    """Embed ``docs`` and write a fresh index at ``out`` (replacing any old one atomically)."""
+    """Embed ``docs`` and write a fresh index at ``out`` (replacing any old one atomically);
+    ``analyzer`` = (name, function) adds the lexical half (BM25) for hybrid retrieval."""
     if not docs:
         raise ValueError("no documents to index")
     _check_unique(docs)
@@ -328,12 +345,35 @@ def build_index(
         "build_id": uuid.uuid4().hex,  # a rebuild restarts at generation 1: readers tell builds apart by this
         "generation": 1,
     }
+    if analyzer is not None:
+        manifest["lexical"] = _lexical_record(analyzer[0])
     with writer_lock(out), atomic_dir(out) as tmp:
         gen = tmp / _gen_name(1)
         gen.mkdir()
-        manifest = _write_generation(gen, index, None, stored, manifest)
+        manifest = _write_generation(gen, index, None, stored, manifest, analyzer[1] if analyzer else None)
         (tmp / CURRENT).write_text(gen.name)
     return manifest
+
+
+def _lexical_record(name: str) -> dict:
+    from .lexical import K1, B
+
+    return {"analyzer": name, "scoring": "bm25 (lucene)", "k1": K1, "b": B}
+
+
+def check_analyzer(manifest: dict, analyzer: tuple[str, Analyzer] | None, path: Path) -> Analyzer | None:
+    """The analyzer to update the lexical half with: ``None`` when the index has none; an error when
+    the index has one and the caller's is missing or another."""
+    built = (manifest.get("lexical") or {}).get("analyzer")
+    if built is None:
+        return None
+    if analyzer is None or analyzer[0] != built:
+        raise AnalyzerMismatch(
+            f"the index at {path} has a lexical half analysed by {built!r}, but "
+            f"{'no analyzer' if analyzer is None else repr(analyzer[0])} was given: add documents with the model "
+            f"that built it, or rebuild with `samelang index build --out {path} ...`"
+        )
+    return analyzer[1]
 
 
 def check_model(manifest: dict, model: ModelInfo, path: Path) -> None:
@@ -375,11 +415,13 @@ def open_index(path: Path, model: ModelInfo | None = None, use_gpu: bool = False
             check_model(manifest, model, path)
         index, on_gpu = V.to_gpu_if_available(V.read(gen / "vectors.faiss"), use_gpu)
         docs = DocStore(gen / "docs.sqlite", readonly=True)
+        lex = manifest.get("lexical")
+        lexical = LexicalIndex.load(gen / LEXICAL, lex["analyzer"], manifest["n_docs"]) if lex else None
     except BaseException:
         if fd is not None:
             os.close(fd)
         raise
-    return OpenIndex(path, gen.name, manifest, index, docs, on_gpu, fd)
+    return OpenIndex(path, gen.name, manifest, index, docs, on_gpu, fd, lexical)
 
 
 def add_documents(
@@ -390,22 +432,25 @@ def add_documents(
     detect: Callable[[list[str]], list] | None = None,
     batch_size: int = 32,
     wait: bool = True,
+    analyzer: tuple[str, Analyzer] | None = None,
 ) -> dict:
     """Add documents to an existing index without rebuilding it (crash-safe; concurrent writers
-    take turns, see the module docstring)."""
+    take turns, see the module docstring). An index with a lexical half needs its ``analyzer``
+    (name, function): BM25 is rebuilt over all texts, since document frequencies change."""
     path = Path(path)
     current_generation(path)  # a clear error before waiting for a lock on nothing
     if not docs:
         raise ValueError("no documents to add")
     _check_unique(docs)
     with writer_lock(path, wait=wait):
-        return _add_locked(path, docs, embed, model, detect, batch_size)
+        return _add_locked(path, docs, embed, model, detect, batch_size, analyzer)
 
 
-def _add_locked(path, docs, embed, model, detect, batch_size) -> dict:
+def _add_locked(path, docs, embed, model, detect, batch_size, analyzer=None) -> dict:
     gen = current_generation(path)
     manifest = json.loads((gen / "manifest.json").read_text())
     check_model(manifest, model, path)
+    analyze = check_analyzer(manifest, analyzer, path)
     old_store = DocStore(gen / "docs.sqlite", readonly=True)
     try:
         clash = old_store.existing_ids([d.id for d in docs])
@@ -423,7 +468,7 @@ def _add_locked(path, docs, embed, model, detect, batch_size) -> dict:
     scratch = path / f".{_gen_name(number)}.tmp-{uuid.uuid4().hex[:8]}"
     scratch.mkdir()
     try:
-        manifest = _write_generation(scratch, index, gen / "docs.sqlite", stored, manifest)
+        manifest = _write_generation(scratch, index, gen / "docs.sqlite", stored, manifest, analyze)
         new_gen = path / _gen_name(number)
         if new_gen.exists():  # left by a crash after its rename but before the switch
             shutil.rmtree(new_gen)
@@ -443,12 +488,12 @@ def index_info(path: Path) -> dict:
     info = json.loads((gen / "manifest.json").read_text())
     info["path"] = str(Path(path).resolve())
     info["live_generation"] = gen.name
-    info["size_bytes"] = sum(f.stat().st_size for f in gen.iterdir())
+    info["size_bytes"] = sum(f.stat().st_size for f in gen.rglob("*") if f.is_file())
     return info
 
 
 __all__ = [
-    "CURRENT", "IndexBusy", "IndexModelMismatch", "IndexNotFound", "ModelInfo", "OpenIndex", "add_documents",
-    "build_index", "live_identity", "writer_lock",
+    "CURRENT", "AnalyzerMismatch", "IndexBusy", "IndexModelMismatch", "IndexNotFound", "ModelInfo", "OpenIndex",
+    "add_documents", "build_index", "live_identity", "writer_lock",
     "check_model", "current_generation", "index_info", "open_index", "read_index_manifest",
 ]  # fmt: skip

@@ -70,7 +70,10 @@ def index_build(cfg: IndexBuildOptions) -> None:
         docs, source = load_documents_jsonl(cfg.input), f"jsonl:{cfg.input}"
     enc = _encoder(cfg)
     detect = (lambda texts: get_identifier().detect_many(texts)) if any(not d.lang for d in docs) else None
-    manifest = build_index(cfg.out, docs, enc.encode_passages, enc.info, spec, detect, cfg.batch_size, source)
+    analyzer = enc.analyzer if cfg.lexical else None
+    manifest = build_index(
+        cfg.out, docs, enc.encode_passages, enc.info, spec, detect, cfg.batch_size, source, analyzer=analyzer
+    )
     typer.echo(json.dumps({"out": str(cfg.out), "n_docs": manifest["n_docs"], "counts": manifest["counts_per_lang"]}))
 
 
@@ -85,8 +88,9 @@ def index_add(cfg: IndexAddOptions) -> None:
     docs = load_documents_jsonl(cfg.input)
     enc = _encoder(cfg)
     manifest = add_documents(
-        cfg.path, docs, enc.encode_passages, enc.info, lambda t: get_identifier().detect_many(t), cfg.batch_size
-    )
+        cfg.path, docs, enc.encode_passages, enc.info, lambda t: get_identifier().detect_many(t), cfg.batch_size,
+        analyzer=enc.analyzer,
+    )  # fmt: skip
     typer.echo(json.dumps({"path": str(cfg.path), "n_docs": manifest["n_docs"], "generation": manifest["generation"]}))
 
 

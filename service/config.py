@@ -87,6 +87,7 @@ class IndexBuildOptions(IndexOptions):
         "flat", validation_alias="SAMELANG_INDEX_KIND", description="flat (exact), hnsw or ivf."
     )
     hnsw_m: int = Field(32, ge=2, description="HNSW links per vector.")
+    lexical: bool = Field(True, description="Also write the lexical (BM25) half that hybrid retrieval needs.")
     ivf_nlist: int = Field(0, ge=0, description="IVF lists (0: about 4*sqrt(n)).")
 
     @model_validator(mode="after")
@@ -131,6 +132,13 @@ class ServiceSettings(Settings):
     rerank_k: int | None = Field(None, ge=1, le=100, description="candidates reranked (default: measured, 20)")
     group_candidates: bool | None = Field(
         None, description="one candidate per parallel group in the reader's language (default: measured)"
+    )
+    lexical_weight: float | None = Field(
+        None,
+        ge=0,
+        le=10,
+        description="hybrid retrieval: score = cosine + W * BM25 / the query's best BM25 (0: dense only; needs an "
+        "index with its lexical half, which `samelang index build` writes; default: measured, models/serving.json)",
     )
     reranker_max_length: int = Field(256, ge=16, le=512, description="cross-encoder truncation (tokens per pair)")
     generator: Literal["transformers", "openai", "none"] = Field(
@@ -179,4 +187,7 @@ class ServiceSettings(Settings):
         if rerank is None:
             rerank = True if self.reranker else measured.rerank
         group = measured.candidates == "groups" if self.group_candidates is None else self.group_candidates
-        return Defaults(rerank=rerank, rerank_k=self.rerank_k or measured.rerank_k, group_candidates=group)
+        lexical = measured.lexical_weight if self.lexical_weight is None else self.lexical_weight
+        return Defaults(
+            rerank=rerank, rerank_k=self.rerank_k or measured.rerank_k, group_candidates=group, lexical_weight=lexical
+        )

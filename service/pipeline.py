@@ -22,6 +22,8 @@ import numpy as np
 from indexes.docstore import StoredDoc
 from indexes.index import OpenIndex
 from indexes.langid import LanguageIdentifier
+from indexes.lexical import best_rows, fuse
+from indexes.vectors import normalise
 
 from . import metrics as M
 from . import work
@@ -76,6 +78,7 @@ class Defaults:
     rerank: bool = False  # /search and /answer rerank their candidates
     rerank_k: int = 20  # candidates given to the reranker
     group_candidates: bool = True  # collapse parallel versions into one candidate per group
+    lexical_weight: float = 0.0  # hybrid retrieval: cos + w * bm25 / max bm25 (0: dense only)
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,16 @@ class SearchOptions:
     rerank_k: int | None = None
     group_candidates: bool | None = None
     language_preference: str | tuple[str, ...] = READER  # "reader", "any", or languages in order
+    lexical_weight: float | None = None  # BM25's weight in hybrid retrieval (0: dense only)
+
+
+@dataclass(frozen=True)
+class LexicalQuery:
+    """One query's lexical side in a hybrid search."""
+
+    scores: np.ndarray  # BM25 of every row; 0 where the language filter excludes the row
+    top: float  # the query's best BM25 over the whole index (the scale, see indexes.lexical.fuse)
+    weight: float
 
 
 @dataclass(frozen=True)
@@ -102,7 +115,7 @@ class Version:
 class Hit:
     doc: StoredDoc
     score: float  # the reranker's score in the reranked head, else the retriever's
-    retrieval_score: float  # the retriever's cosine (a group's: its best version's)
+    retrieval_score: float  # the retriever's score: cosine, or hybrid (a group's: its best version's)
     versions: list[Version] = field(default_factory=list)  # the group's other versions in the index
 
     @property
@@ -119,6 +132,7 @@ class Ranked:
     candidates: list[Hit]  # before reranking, in the retriever's order
     reranked: bool
     grouped: bool
+    lexical_weight: float | None = None  # BM25's weight in the retriever's score (None: dense only)
 
 
 class Pipeline:
@@ -138,6 +152,19 @@ class Pipeline:
         self.defaults = defaults or Defaults()
         self._doc_langs = np.array(index.docs.langs(), dtype=object)
         self._doc_groups = index.docs.groups()
+        self.lexical = self._lexical_half(index, encoder)
+
+    @staticmethod
+    def _lexical_half(index: OpenIndex, encoder):
+        """The index's BM25 half with the encoder's analyzer, or ``None`` (dense only) when the index
+        has none or was analysed otherwise (then a hybrid request is a 422 naming the fix)."""
+        lex = getattr(index, "lexical", None)
+        if lex is None:
+            return None
+        name, analyze = encoder.analyzer
+        if name != lex.analyzer:
+            return None
+        return lex, analyze
 
     @property
     def doc_langs(self) -> np.ndarray:
@@ -156,6 +183,7 @@ class Pipeline:
         d = self.defaults
         return {
             "retriever": self.encoder.name,
+            "lexical_weight": d.lexical_weight if d.lexical_weight and self.lexical else None,
             "reranker": self.reranker.name if d.rerank else None,
             "rerank_k": d.rerank_k if d.rerank else None,
             "candidates": "groups" if d.group_candidates else "documents",
@@ -176,6 +204,46 @@ class Pipeline:
     def _faiss(self, qvecs: np.ndarray, k: int):
         p = self.search_params
         return self.index.search(qvecs, k, ef_search=p.ef_search, nprobe=p.nprobe)
+
+    def _hybrid_rows(self, qvec: np.ndarray, k: int, langs, lexical: LexicalQuery | None):
+        """The ``k`` best rows by the retriever's score: the cosine, or with ``lexical`` the hybrid
+        :func:`indexes.lexical.fuse` of cosine and BM25.
+
+        Hybrid: the union of the dense and the BM25 top ``depth``, each row's missing score computed
+        (its stored vector's cosine, or its BM25). A row outside both lists scores at most the
+        ``depth``-th cosine plus the weighted ``depth``-th BM25; while the ``k``-th fused score is
+        below that bound, ``depth`` doubles. So the ``k`` rows are exactly the index's best."""
+        if lexical is None:
+            return self._search_rows(qvec, k, langs)
+        n, depth = self.index.size, k
+        while True:
+            scores, rows = self._search_rows(qvec, depth, langs)
+            ok = rows[0] >= 0
+            dense = dict(zip(rows[0][ok].tolist(), scores[0][ok].astype(np.float64).tolist()))
+            lex_rows = best_rows(lexical.scores, depth)
+            union = np.array(list(dict.fromkeys([*dense, *lex_rows.tolist()])), dtype=np.int64)
+            self._fill_cosines(qvec, dense, [int(r) for r in union if int(r) not in dense])
+            cos = np.array([dense[int(r)] for r in union], dtype=np.float64)
+            fused = fuse(cos, lexical.scores[union], lexical.weight, top=lexical.top)[0]
+            order = np.argsort(-fused, kind="stable")[:k]
+            # what a row in neither list can reach (-inf when a list already holds every candidate)
+            c_out = scores[0][ok][-1] if ok.sum() >= depth else -np.inf
+            b_out = lexical.scores[lex_rows[-1]] if len(lex_rows) >= depth else 0.0
+            bound = c_out + lexical.weight * b_out / max(lexical.top, 1e-9)
+            if depth >= n or (len(order) == k and fused[order[-1]] >= bound) or c_out == -np.inf:
+                return fused[order][None, :].astype(np.float32), union[order][None, :]
+            depth = min(n, depth * 2)
+
+    def _fill_cosines(self, qvec: np.ndarray, dense: dict[int, float], rows: list[int]) -> None:
+        """The cosine of ``rows`` that the dense search did not return: from the stored vectors, or
+        (a GPU copy, an IVF index without a direct map) by embedding their texts again."""
+        if not rows:
+            return
+        vecs = self.index.vectors(rows)
+        if vecs is None:
+            docs = self.index.docs.get_rows(rows)
+            vecs = normalise(self.encoder.encode_passages([d.text for d in docs]))
+        dense.update(zip(rows, (vecs @ normalise(qvec)[0]).astype(np.float64).tolist()))
 
     def _search_rows(self, qvecs: np.ndarray, k: int, langs: Sequence[str] | None):
         """FAISS search with an optional document-language filter (over-fetch until k pass)."""
@@ -199,19 +267,19 @@ class Pipeline:
             out_r[i, : len(sel_r)], out_s[i, : len(sel_s)] = sel_r, sel_s
         return out_s, out_r
 
-    def _document_candidates(self, qvec, n: int, langs) -> list[Hit]:
-        scores, rows = self._search_rows(qvec, n, langs)
+    def _document_candidates(self, qvec, n: int, langs, lexical=None) -> list[Hit]:
+        scores, rows = self._hybrid_rows(qvec, n, langs, lexical)
         valid = rows[0] >= 0
         docs = self.index.docs.get_rows(rows[0][valid].tolist())
         return [Hit(d, float(s), float(s)) for d, s in zip(docs, scores[0][valid]) if d is not None]
 
-    def _group_candidates(self, qvec, n_groups: int, langs, prefer: tuple[str, ...]) -> list[Hit]:
+    def _group_candidates(self, qvec, n_groups: int, langs, prefer: tuple[str, ...], lexical=None) -> list[Hit]:
         """The best ``n_groups`` distinct groups, each as the version ``prefer`` picks (the first
         preferred language the group has in the index, else its best retrieved version)."""
         size = self.index.size
         depth = min(size, max(n_groups * 4, 64))
         while True:
-            scores, rows = self._search_rows(qvec, depth, langs)
+            scores, rows = self._hybrid_rows(qvec, depth, langs, lexical)
             valid = rows[0] >= 0
             rows_v, scores_v = rows[0][valid], scores[0][valid]
             best: dict[object, list[tuple[int, float]]] = {}
@@ -273,19 +341,44 @@ class Pipeline:
         qlang, detected, confidence = self._query_language(query, opts.lang)
         if qvec is None:
             qvec = self.encoder.encode_queries([query])
+        # the server's default is hybrid only over an index that has the lexical half (an index built
+        # before it serves dense, and says so at start); a request that asks for it gets it or a 422
+        default = d.lexical_weight if self.lexical else 0.0
+        weight = default if opts.lexical_weight is None else opts.lexical_weight
+        lexical = self._lexical_scores(query, weight, opts.langs)
         n = max(opts.k, rerank_k)  # the candidates a reranker sees, whether or not one runs (candidate recall)
         if grouped:
             reader = qlang if confidence >= MIN_READER_CONFIDENCE else None
-            cands = self._group_candidates(qvec, n, opts.langs, self._preference(opts.language_preference, reader))
+            prefer = self._preference(opts.language_preference, reader)
+            cands = self._group_candidates(qvec, n, opts.langs, prefer, lexical)
         else:
-            cands = self._document_candidates(qvec, n, opts.langs)
+            cands = self._document_candidates(qvec, n, opts.langs, lexical)
         hits = list(cands)
         if rerank and cands:
             head = cands[:rerank_k]
             s = self._rerank_scores(query, qvec, head)
             order = np.argsort(-s, kind="stable")
             hits = [replace(head[i], score=float(s[i])) for i in order] + cands[rerank_k:]
-        return Ranked(qlang, detected, hits[: opts.k], cands, bool(rerank), bool(grouped))
+        weight = lexical.weight if lexical else None
+        return Ranked(qlang, detected, hits[: opts.k], cands, bool(rerank), bool(grouped), weight)
+
+    def _lexical_scores(self, query: str, weight: float, langs) -> LexicalQuery | None:
+        """The query's BM25 against every row (zero where ``langs`` excludes it) for a hybrid search,
+        ``None`` for a dense one."""
+        if not weight:
+            return None
+        if self.lexical is None:
+            raise BadRequest(
+                "lexical_weight",
+                f"{weight} asks for hybrid retrieval, but the index has no lexical half built with this model's "
+                "analyzer: rebuild it with `samelang index build` (or serve with --lexical-weight 0)",
+            )
+        lex, analyze = self.lexical
+        scores = lex.scores(analyze(query))
+        top = float(scores.max()) if scores.size else 0.0  # the whole index's best (see fuse)
+        if langs:
+            scores = np.where(np.isin(self._doc_langs[: len(scores)], list(langs)), scores, 0.0)
+        return LexicalQuery(scores, top, float(weight))
 
     @staticmethod
     def _preference(pref: str | Sequence[str], qlang: str | None) -> tuple[str, ...]:

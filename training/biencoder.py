@@ -19,7 +19,7 @@ from typing import Literal
 import numpy as np
 import torch
 import torch.nn.functional as F
-from pydantic import Field
+from pydantic import Field, model_validator
 from tqdm.auto import tqdm
 
 from indexes.corpora import load_xquad
@@ -52,6 +52,17 @@ class BiencoderArgs(loop.TrainerArgs):
         description="Also train the target-language question q_t: InfoNCE of q_t over the batch's p_t and over "
         "its p_en (keeps every language's own retrieval trained; off: the seed's objective).",
     )
+    hard_negatives: bool = Field(
+        False,
+        description="With --target-queries: each q_t also chooses its p_t over a paragraph of the same article "
+        "(in its language), besides the batch's paragraphs.",
+    )
+
+    @model_validator(mode="after")
+    def _hard_negatives_need_target_queries(self) -> BiencoderArgs:
+        if self.hard_negatives and not self.target_queries:
+            raise ValueError("--hard-negatives joins the target-query terms: it needs --target-queries")
+        return self
 
 
 class BiEncoderModule(torch.nn.Module):
@@ -89,14 +100,25 @@ class BiEncoderModule(torch.nn.Module):
 
 
 def compute_loss(
-    module, loss: str, batch, jsd: JSDLoss, nce: InfoNCELoss, align=None, target_queries: bool = False
+    module,
+    loss: str,
+    batch,
+    jsd: JSDLoss,
+    nce: InfoNCELoss,
+    align=None,
+    target_queries: bool = False,
+    hard_negatives: bool = False,
 ) -> dict[str, torch.Tensor]:
     """The seed's objective and its ablations on one batch of triplets.
 
     With ``target_queries`` two query-anchored terms are added (the seed anchors only English
     questions, and its model lost Mono-Same quality in the other languages):
     ``L_qt = InfoNCE(q_t, p_t) + InfoNCE(q_t, p_en)``, each question choosing its paragraph (in its
-    own language, then in English) among the batch's paragraphs."""
+    own language, then in English) among the batch's paragraphs. With ``hard_negatives`` the
+    candidates of ``InfoNCE(q_t, p_t)`` also hold each triplet's ``p_neg`` (a paragraph of the same
+    article): ``n`` anchors over up to ``2n`` candidates, the label still the diagonal. A negative
+    whose paragraph is another row's positive in the batch is left out (it would be a false negative
+    for that row)."""
     q_en = [t.q_en for t in batch]
     p_en = [t.p_en for t in batch]
     p_tgt = [t.p_tgt for t in batch]
@@ -112,7 +134,12 @@ def compute_loss(
         parts["nce_psg"] = nce(z_t, z_en)
     if target_queries:
         z_qt = module([t.q_tgt for t in batch], QUERY_PREFIX)
-        parts["nce_qt"] = nce(z_qt, z_t)
+        cand_t = z_t
+        if hard_negatives:
+            in_batch = {t.group for t in batch}
+            negs = [t.p_neg for t in batch if t.p_neg and t.neg_group not in in_batch]
+            cand_t = torch.cat([z_t, module(negs, PASSAGE_PREFIX)]) if negs else z_t
+        parts["nce_qt"] = nce(z_qt, cand_t)
         parts["nce_qt_en"] = nce(z_qt, z_en)
     if align:
         parts["jsd_tatoeba"] = jsd(module([a.en for a in align], ""), module([a.tgt for a in align], ""))
@@ -176,7 +203,7 @@ def train_biencoder(args: BiencoderArgs, log=print) -> Path:
         batch = [triplets[i] for i in batches[(pos * world + rank) % len(batches)]]
         abatch = [align[(step * args.batch_size + i) % len(align)] for i in range(args.batch_size)] if align else None
         with loop.autocast(device, args.precision):
-            parts = compute_loss(fwd, args.loss, batch, jsd, nce, abatch, args.target_queries)
+            parts = compute_loss(fwd, args.loss, batch, jsd, nce, abatch, args.target_queries, args.hard_negatives)
         step += 1
         rec = loop.optimiser_step(parts, params, opt, sched, step)
         bar.update(1)

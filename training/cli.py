@@ -15,6 +15,7 @@ from service import options
 
 from .biencoder import BiencoderArgs
 from .evaluation.biencoder import AblationOptions, BiencoderEvalOptions
+from .evaluation.fusion import FusionEvalOptions
 from .evaluation.pipeline import PipelineEvalOptions
 from .evaluation.precision import PrecisionEvalOptions
 from .evaluation.reranker import RerankerEvalOptions
@@ -100,6 +101,17 @@ def eval_precision_cmd(opts: PrecisionEvalOptions) -> None:
     from .evaluation.precision import PrecisionEvaluation
 
     typer.echo(PrecisionEvaluation(opts, log=typer.echo).run().table)
+
+
+@eval_app.command("fusion")
+@options.command(FusionEvalOptions)
+@_usage_errors
+def eval_fusion_cmd(opts: FusionEvalOptions) -> None:
+    """Tune the hybrid retriever's BM25 weight on train-article questions (never the test articles);
+    ``--card`` writes it to models/fusion.json for ``eval pipeline``'s hybrid rows."""
+    from .evaluation.fusion import FusionTuning
+
+    typer.echo(FusionTuning(opts, log=typer.echo).run().table)
 
 
 @eval_app.command("pipeline")

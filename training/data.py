@@ -26,6 +26,8 @@ class Triplet:
     group: str
     article: int
     q_tgt: str = ""  # the same question in the target language (XQuAD questions are parallel: same id)
+    p_neg: str = ""  # another paragraph of the same article, in the target language (a hard negative)
+    neg_group: str = ""  # p_neg's paragraph group
 
 
 @dataclass(frozen=True)
@@ -47,20 +49,34 @@ def build_triplets(
     per_lang: int | None = None,
     exclude_articles: tuple[int, ...] = (),
 ) -> list[Triplet]:
-    """All (or ``per_lang`` sampled) triplets per target language, shuffled."""
+    """All (or ``per_lang`` sampled) triplets per target language, shuffled.
+
+    Each triplet also carries a hard negative ``p_neg``: another paragraph of the question's own
+    article, in the target language (XQuAD's paragraphs of one article share their topic, the
+    confusion that costs the retriever its top-1). Negatives come from their own random stream, so
+    the triplets a seed draws are the same as before they were added."""
     if split == "test" or split == "all":
         raise ValueError("training triplets come from the train articles only")
     langs = tuple(x for x in (langs.split(",") if isinstance(langs, str) else langs) if x != "en")
     en = load_xquad(["en"], split=split)
     p_en = {p.group: p.text for p in en.paragraphs}
-    rng = random.Random(seed)
+    rng, neg_rng = random.Random(seed), random.Random(f"hard-negatives-{seed}")
+    siblings: dict[int, list[str]] = {}
+    for p in en.paragraphs:
+        siblings.setdefault(p.article, []).append(p.group)
     out: list[Triplet] = []
     for lang in langs:
         tgt = load_xquad([lang], split=split)
         p_tgt = {p.group: p.text for p in tgt.paragraphs}
         q_tgt = {q.id: q.text for q in tgt.questions}
+
+        def negative(q, p_tgt=p_tgt) -> tuple[str, str]:
+            others = [g for g in siblings[q.article] if g != q.group]
+            g = neg_rng.choice(others) if others else ""
+            return (p_tgt[g], g) if g else ("", "")
+
         rows = [
-            Triplet(q.text, p_en[q.group], p_tgt[q.group], lang, q.group, q.article, q_tgt.get(q.id, ""))
+            Triplet(q.text, p_en[q.group], p_tgt[q.group], lang, q.group, q.article, q_tgt.get(q.id, ""), *negative(q))
             for q in en.questions
             if q.article not in exclude_articles
         ]

@@ -68,6 +68,12 @@ def load_components(cfg: ServiceSettings) -> Components:
         encoder, index, reranker, generator, langid, limits, SearchParams(cfg.ef_search, cfg.nprobe),
         cfg.pipeline_defaults(),
     )  # fmt: skip
+    if pipeline.defaults.lexical_weight and pipeline.lexical is None:
+        log.warning(
+            "the index at %s has no lexical (BM25) half for this model: serving dense retrieval, not the hybrid "
+            "default (lexical weight %g); rebuild it with `samelang index build` to serve the measured default",
+            index.path, pipeline.defaults.lexical_weight,
+        )  # fmt: skip
     return Components(pipeline, {"load_seconds": round(time.perf_counter() - t0, 2)})
 
 

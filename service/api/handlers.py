@@ -16,8 +16,11 @@ def _components(pipeline: Pipeline, ranked: Ranked | None = None) -> P.Component
     c = pipeline.components()
     if ranked is not None:
         c = {**c, "reranker": pipeline.reranker.name if ranked.reranked else None,
-             "candidates": "groups" if ranked.grouped else "documents"}  # fmt: skip
-    return P.Components(retriever=c["retriever"], reranker=c["reranker"], candidates=c["candidates"])
+             "candidates": "groups" if ranked.grouped else "documents",
+             "lexical_weight": ranked.lexical_weight}  # fmt: skip
+    return P.Components(
+        retriever=c["retriever"], reranker=c["reranker"], candidates=c["candidates"], lexical_weight=c["lexical_weight"]
+    )
 
 
 def _versions(h: Hit) -> list[P.Version]:
@@ -49,6 +52,7 @@ class Handlers:
             rerank_k=rerank_k,
             group_candidates=req.group_candidates,
             language_preference=req.language_preference,
+            lexical_weight=req.lexical_weight,
         )
 
     def search(self, req: P.SearchRequest) -> P.SearchResponse:
@@ -111,6 +115,7 @@ class Handlers:
             rerank_k=req.rerank_k,
             group_candidates=req.group_candidates,
             language_preference=req.language_preference,
+            lexical_weight=req.lexical_weight,
         )
         if not queries:
             raise BadRequest(field, "no queries")
@@ -121,6 +126,8 @@ class Handlers:
         components = _components(self.pipeline)
         components.reranker = self.pipeline.reranker.name if reranked else None
         components.candidates = "groups" if grouped else "documents"
+        weight = d.lexical_weight if req.lexical_weight is None else req.lexical_weight
+        components.lexical_weight = weight if weight and self.pipeline.lexical else None
         return P.DiagnoseResponse(
             **{k: v for k, v in out.items() if k not in ("aggregate", "per_query_lang", "queries")},
             reranker=components.reranker,

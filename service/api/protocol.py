@@ -102,6 +102,13 @@ class _Retrieval(_Strict):
         None, description="one candidate per parallel group, in the preferred language (default: the server's choice)"
     )
     language_preference: LanguagePreference = "reader"
+    lexical_weight: Annotated[float, Strict()] | None = Field(
+        None,
+        ge=0,
+        le=10,
+        description="hybrid retrieval: cosine + W * BM25 / the query's best BM25; 0: dense only (default: the "
+        "server's, see /info)",
+    )
 
 
 class SearchRequest(_Retrieval):
@@ -135,6 +142,7 @@ class Components(BaseModel):
     retriever: str
     reranker: str | None = Field(description="the reranker that ordered the hits, null when none did")
     candidates: Literal["groups", "documents"]
+    lexical_weight: float | None = Field(None, description="BM25's weight in the retriever's score; null: dense only")
 
 
 class SearchResponse(BaseModel):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import hashlib
 from pathlib import Path
 
 import numpy as np
@@ -101,3 +103,24 @@ class Encoder:
 
     def encode_passages(self, texts: list[str], progress: bool = False) -> np.ndarray:
         return self._encode(texts, self._passage_prompt, progress)
+
+    @functools.cached_property
+    def analyzer(self) -> tuple[str, object]:
+        """(name, function) of the lexical analyzer: this model's subword tokenizer, lower-cased, word
+        markers dropped (see :mod:`indexes.lexical` for why subwords). The name is a checksum of the
+        vocabulary (nothing that a library upgrade renames), so an index's BM25 half is only ever
+        queried with the terms it was built on."""
+        from tokenizers import Tokenizer
+
+        # a copy: the engine's calls set truncation and padding on the shared one
+        backend = Tokenizer.from_str(self.model.tokenizer.backend_tokenizer.to_str())
+        backend.no_truncation()
+        backend.no_padding()
+        vocab = sorted(backend.get_vocab().items(), key=lambda kv: kv[1])
+        digest = hashlib.sha256("\n".join(k for k, _ in vocab).encode()).hexdigest()[:12]
+
+        def analyze(text: str) -> list[str]:
+            tokens = backend.encode(text, add_special_tokens=False).tokens
+            return [w for w in (t.lstrip("\u2581").lower() for t in tokens) if w]
+
+        return f"subword-lower:{digest}", analyze

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from indexes.corpora import check_langs, load_xquad
-from indexes.index import IndexNotFound, build_index, current_generation
+from indexes.index import IndexNotFound, build_index, read_index_manifest
 
 from .base_model import ensure_base_model
 from .folder import is_adapter, model_fingerprint
@@ -33,6 +33,7 @@ class ServedDefaults:
     reranker: str = "none"
     candidates: str = "groups"
     rerank_k: int = 20
+    lexical_weight: float = 0.0  # BM25's weight in hybrid retrieval (0: dense only)
 
     @property
     def rerank(self) -> bool:
@@ -45,7 +46,9 @@ def served_defaults(path: Path = SERVED_DEFAULTS) -> ServedDefaults:
     if not Path(path).exists():
         return ServedDefaults()
     d = json.loads(Path(path).read_text())["served"]
-    return ServedDefaults(d["retriever"], d["reranker"], d["candidates"], int(d.get("rerank_k", 20)))
+    return ServedDefaults(
+        d["retriever"], d["reranker"], d["candidates"], int(d.get("rerank_k", 20)), float(d.get("lexical_weight", 0.0))
+    )
 
 
 def resolve_model(name: str, home: Path) -> Path:
@@ -105,11 +108,15 @@ def ensure_demo_index(home: Path, langs: str, encoder, log=print, embed=None) ->
     passages' vectors when the caller has them already, by the same encoder)."""
     out = demo_index_path(home, langs, encoder.fingerprint)
     try:
-        current_generation(out)
-        return out
+        if read_index_manifest(out).get("lexical"):
+            return out
+        log(f"samelang: the demo index at {out} predates its lexical (BM25) half: rebuilding it")
     except IndexNotFound:
         pass
     docs = load_xquad(langs, split="all").documents()
     log(f"samelang: building the demo index ({len(docs)} XQuAD paragraphs, {langs}) into {out} ...")
-    build_index(out, docs, embed or encoder.encode_passages, encoder.info, source=f"xquad:{langs}:all")
+    build_index(
+        out, docs, embed or encoder.encode_passages, encoder.info, source=f"xquad:{langs}:all",
+        analyzer=encoder.analyzer,
+    )  # fmt: skip
     return out

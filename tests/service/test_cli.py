@@ -51,6 +51,7 @@ def test_serve_runs_the_shipped_defaults(served, base_model_path):
     info = served.get("/info").json()
     assert info["defaults"] == {
         "retriever": retriever,
+        "lexical_weight": card.get("lexical_weight") or None,  # the demo index has its BM25 half
         "reranker": card["reranker"] if reranks else None,
         "rerank_k": card["rerank_k"] if reranks else None,
         "candidates": card["candidates"],

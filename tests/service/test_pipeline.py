@@ -4,6 +4,7 @@ paragraph in all 12 languages), the real base model, and a real HTTP server."""
 from __future__ import annotations
 
 import httpx
+import numpy as np
 import pytest
 
 from indexes.corpora import XQUAD_LANGS, load_xquad
@@ -23,7 +24,8 @@ def _docs(grouped: bool = True) -> list[Document]:
 @pytest.fixture(scope="module")
 def index12(tmp_path_factory, encoder):
     out = tmp_path_factory.mktemp("idx12") / "xquad-12"
-    build_index(out, _docs(), encoder.encode_passages, encoder.info, source="xquad:12:2 test articles")
+    build_index(out, _docs(), encoder.encode_passages, encoder.info, source="xquad:12:2 test articles",
+                analyzer=encoder.analyzer)  # fmt: skip
     return open_index(out, encoder.info)
 
 
@@ -106,7 +108,8 @@ def test_answer_cites_distinct_groups_in_the_readers_language(client12):
     assert body["passages"][0]["group"] == q.group
     assert len({p["group"] for p in body["passages"]}) == 3
     assert len(body["passages"][0]["versions"]) == 11
-    assert body["components"] == {"retriever": "multilingual-e5-small", "reranker": None, "candidates": "groups"}
+    assert body["components"] == {"retriever": "multilingual-e5-small", "reranker": None, "candidates": "groups",
+                                  "lexical_weight": None}  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -122,5 +125,119 @@ def test_bad_language_preference_is_a_422_naming_the_field(client12, pref):
 
 def test_info_names_the_served_components(client12):
     info = client12.get("/info").json()
-    assert info["defaults"] == {"retriever": "multilingual-e5-small", "reranker": None, "rerank_k": None,
-                                "candidates": "groups", "reranks_by_default": False}  # fmt: skip
+    assert info["defaults"] == {"retriever": "multilingual-e5-small", "lexical_weight": None, "reranker": None,
+                                "rerank_k": None, "candidates": "groups", "reranks_by_default": False}  # fmt: skip
+
+
+# -- hybrid retrieval (dense + BM25) -------------------------------------------------------------
+def _exact_fused(encoder, index, query: str, weight: float):
+    """The hybrid score of every document, computed apart from the pipeline: the query's cosine with
+    each stored vector plus ``weight`` x its BM25 over the query's best BM25."""
+    from indexes.lexical import fuse
+    from indexes.vectors import normalise
+
+    q = normalise(encoder.encode_queries([query]))[0]
+    cos = index.vectors(list(range(index.size))) @ q
+    bm25 = index.lexical.scores(encoder.analyzer[1](query))
+    return fuse(cos, bm25, weight)[0]
+
+
+@pytest.mark.parametrize("lang", ["en", "th"])
+def test_hybrid_search_ranks_by_the_fused_score(client12, encoder, index12, lang):
+    q = _question(lang)
+    body = client12.post("/search", json={"query": q.text, "k": 10, "group_candidates": False,
+                                          "lexical_weight": 0.08}).json()  # fmt: skip
+    assert body["components"]["lexical_weight"] == 0.08 and body["components"]["candidates"] == "documents"
+    fused = _exact_fused(encoder, index12, q.text, 0.08)
+    expected = np.argsort(-fused, kind="stable")[:10]
+    rows = index12.docs.rows_for_ids([h["id"] for h in body["hits"]])
+    assert [rows[h["id"]] for h in body["hits"]] == expected.tolist()
+    assert [h["score"] for h in body["hits"]] == pytest.approx(fused[expected].tolist(), abs=1e-5)
+    top = body["hits"][0]
+    assert (top["group"], top["lang"]) == (q.group, lang)  # the gold paragraph, in the reader's language
+    grouped = client12.post("/search", json={"query": q.text, "k": 5, "lexical_weight": 0.08}).json()
+    assert grouped["hits"][0]["id"] == top["id"] and grouped["components"]["candidates"] == "groups"
+
+
+def test_weight_zero_is_the_dense_retriever(client12):
+    q = _question("de")
+    dense = client12.post("/search", json={"query": q.text, "k": 6}).json()
+    zero = client12.post("/search", json={"query": q.text, "k": 6, "lexical_weight": 0}).json()
+    assert dense["components"]["lexical_weight"] is None and zero["components"]["lexical_weight"] is None
+    assert [h["id"] for h in zero["hits"]] == [h["id"] for h in dense["hits"]]
+    assert [h["score"] for h in zero["hits"]] == pytest.approx([h["score"] for h in dense["hits"]])
+
+
+@pytest.mark.parametrize("weight", [-0.1, 10.5, "much", True])
+def test_a_bad_lexical_weight_is_a_422_naming_the_field(client12, weight):
+    for route in ("/search", "/answer"):
+        r = client12.post(route, json={"query": "Where is it?", "lexical_weight": weight})
+        assert r.status_code == 422, (route, weight, r.text)
+        assert "lexical_weight" in r.json()["detail"]
+
+
+def test_hybrid_over_an_index_without_its_lexical_half_names_the_fix(tmp_path, encoder, pipe12):
+    from service.errors import BadRequest
+    from service.pipeline import SearchOptions
+
+    out = tmp_path / "dense-only"
+    build_index(out, _docs()[:24], encoder.encode_passages, encoder.info)
+    dense = pipe12.replace(index=open_index(out, encoder.info))
+    assert dense.lexical is None and dense.components()["lexical_weight"] is None
+    with pytest.raises(BadRequest) as e:
+        dense.search("Where is it?", SearchOptions(lexical_weight=0.08))
+    assert e.value.field == "lexical_weight" and "samelang index build" in str(e.value)
+    assert dense.search("Where is it?", SearchOptions(k=3)).hits  # dense requests are served as before
+
+
+def test_a_hybrid_default_over_an_index_without_its_lexical_half_serves_dense(tmp_path, encoder, pipe12):
+    """An index built before its lexical half existed keeps working under a hybrid default (dense,
+    said in the components); only a request that asks for hybrid explicitly is refused."""
+    from dataclasses import replace
+
+    from service.pipeline import SearchOptions
+
+    out = tmp_path / "old"
+    build_index(out, _docs()[:24], encoder.encode_passages, encoder.info)
+    old = pipe12.replace(index=open_index(out, encoder.info), defaults=replace(pipe12.defaults, lexical_weight=0.08))
+    r = old.search("Where is it?", SearchOptions(k=3))
+    assert r.hits and r.lexical_weight is None and old.components()["lexical_weight"] is None
+    hybrid = pipe12.replace(defaults=replace(pipe12.defaults, lexical_weight=0.08))
+    assert hybrid.components()["lexical_weight"] == 0.08
+    assert hybrid.search("Where is it?", SearchOptions(k=3)).lexical_weight == 0.08
+
+
+def test_hybrid_with_a_language_filter_and_without_stored_vectors_is_still_exact(encoder, index12, pipe12):
+    """A language filter keeps BM25 to the allowed documents but scales by the whole index's best
+    BM25; an index that cannot give vectors back (GPU copy, IVF) has the missing cosines embedded
+    again. Either way the hits are the exact top of the fused score."""
+    from indexes.lexical import fuse
+    from indexes.vectors import normalise
+    from service.pipeline import SearchOptions
+
+    q = _question("th")
+    allowed = np.isin(pipe12.doc_langs, ["en", "de"])
+    cos = index12.vectors(list(range(index12.size))) @ normalise(encoder.encode_queries([q.text]))[0]
+    bm25 = index12.lexical.scores(encoder.analyzer[1](q.text))
+    fused = fuse(cos, np.where(allowed, bm25, 0.0), 0.08, top=bm25.max())[0]
+    fused[~allowed] = -np.inf
+    expected = np.argsort(-fused, kind="stable")[:7].tolist()
+    opts = SearchOptions(k=7, langs=("en", "de"), group_candidates=False, lexical_weight=0.08)
+    got = pipe12.search(q.text, opts)
+    assert [h.doc.row for h in got.hits] == expected
+    assert [h.score for h in got.hits] == pytest.approx(fused[expected].tolist(), abs=1e-5)
+
+    class NoVectors:  # the index as a GPU copy presents it: no stored vector comes back
+        def __init__(self, index):
+            self._index = index
+
+        def __getattr__(self, name):
+            return getattr(self._index, name)
+
+        def vectors(self, rows):
+            return None
+
+    blind = pipe12.replace(index=NoVectors(index12))
+    again = blind.search(q.text, opts)
+    assert [h.doc.row for h in again.hits] == expected
+    assert [h.score for h in again.hits] == pytest.approx(fused[expected].tolist(), abs=1e-4)

@@ -110,7 +110,7 @@ def test_served_defaults_file_drives_the_service(tmp_path, monkeypatch):
     ev.write_served_defaults(row, base, Ev(), path)
     data = json.loads(path.read_text())
     assert data["served"] == {"retriever": "base", "reranker": "lamar-e5-small", "candidates": "groups",
-                              "rerank_k": 20}  # fmt: skip
+                              "rerank_k": 20, "lexical_weight": 0.0}  # fmt: skip
     monkeypatch.setattr(registry, "SERVED_DEFAULTS", path)
     monkeypatch.setattr(registry.served_defaults, "__defaults__", (path,))
     d = ServiceSettings().pipeline_defaults()
@@ -122,12 +122,23 @@ def test_served_defaults_file_drives_the_service(tmp_path, monkeypatch):
     assert ServiceSettings().pipeline_defaults().rerank is False
     assert ServiceSettings(reranker="cosine").pipeline_defaults().rerank is True
     assert registry.default_reranker(None) is None and registry.default_reranker("cosine") is None
+    assert ServiceSettings().pipeline_defaults().lexical_weight == 0.0  # a file from before hybrid rows: dense
+    # a hybrid row: its BM25 weight is served, and --lexical-weight / SAMELANG_LEXICAL_WEIGHT override it
+    hybrid = ev.Row("base", "none", "documents", lexical=0.08)
+    hybrid.results = row.results
+    ev.write_served_defaults(hybrid, base, Ev(), path)
+    assert json.loads(path.read_text())["served"]["lexical_weight"] == 0.08
+    assert ServiceSettings().pipeline_defaults().lexical_weight == 0.08
+    assert ServiceSettings(lexical_weight=0).pipeline_defaults().lexical_weight == 0
+    monkeypatch.setenv("SAMELANG_LEXICAL_WEIGHT", "0.2")
+    assert ServiceSettings().pipeline_defaults().lexical_weight == 0.2
 
 
 def test_best_row_prefers_quality_then_latency_then_simplicity():
-    def row(name, ndcg, ms, reranker="none", strategy="groups"):
-        r = ev.Row(name, reranker, strategy)
-        r.results = {"sample": {"ndcg_at_1": {"mean": ndcg}}, "latency_ms_p50": ms}
+    def row(name, ndcg, ms, reranker="none", strategy="groups", lexical=0.0, graded=50.0):
+        r = ev.Row(name, reranker, strategy, lexical=lexical)
+        r.results = {"sample": {"ndcg_at_1": {"mean": ndcg}, "graded_ndcg_at_10": {"mean": graded}},
+                     "latency_ms_p50": ms}  # fmt: skip
         return r
 
     rows = [row("a", 92.0, 10), row("b", 94.001, 900, "lamar"), row("c", 94.0, 20)]
@@ -137,6 +148,15 @@ def test_best_row_prefers_quality_then_latency_then_simplicity():
     same = [row("cos", 90.0, 17.0, "cosine", "documents"), row("grp", 90.0, 16.0), row("doc", 90.0, 17.5,
             strategy="documents")]  # fmt: skip
     assert ev.best_row(same).retriever == "doc"
+    # a hybrid retriever is served when it is better, not when it ties (dense is the simpler one)
+    assert ev.best_row([row("dense", 90.0, 16.0), row("hybrid", 90.0, 16.5, lexical=0.08)]).retriever == "dense"
+    best = ev.best_row([row("dense", 90.0, 16.0), row("hybrid", 93.0, 18.0, lexical=0.08)])
+    assert best.retriever == "hybrid" and best.name == "hybrid + BM25 (w=0.08) -> groups -> no rerank"
+    # tied on the reader's gold: the row that also shows the gold's other versions next wins (graded nDCG@10)
+    tie = [row("doc", 90.0, 16.0, strategy="documents", graded=55.0), row("grp", 90.0, 17.0, graded=91.0)]
+    assert ev.best_row(tie).retriever == "grp"
+    close = [row("doc", 90.0, 16.0, strategy="documents", graded=90.5), row("grp", 90.0, 17.0, graded=91.0)]
+    assert ev.best_row(close).retriever == "doc"  # within a point: the simpler one
 
 
 @pytest.mark.slow
@@ -150,6 +170,29 @@ def test_eval_pipeline_command_end_to_end(tmp_path, samelang_home):
     r = subprocess.run([*cmd, "--out", str(out)], capture_output=True, text=True, timeout=3600)
     assert r.returncode == 0, r.stderr[-3000:]
     data = json.loads((out / "results.json").read_text())
-    assert len(data["rows"]) == 12 and data["http"]["queries"] == 24
+    # 2 retrievers x 2 strategies x (none, cosine, lamar) + base's hybrid x 2 strategies x (none, lamar)
+    assert len(data["rows"]) == 16 and data["http"]["queries"] == 24
+    assert {r["lexical_weight"] for r in data["rows"]} == {0.0, ev.tuned_weights()["base"]}
     for row in data["rows"]:
         assert 0 <= row["sample"]["ndcg_at_1"]["mean"] <= 100 and row["latency_ms_p50"] > 0
+
+
+def test_fusion_weights_are_tuned_on_articles_the_model_never_saw(tmp_path, base_model_path):
+    from indexes.corpora import load_split
+    from service.models.registry import ALIGNED_BIENCODER
+    from training.data import dev_articles
+    from training.evaluation import fusion
+
+    test = set(load_split()["test_articles"])
+    articles, why = fusion.tuning_articles(base_model_path)  # never trained on XQuAD: every train article
+    assert set(articles) == set(load_split()["train_articles"]) and not test & set(articles)
+    articles, why = fusion.tuning_articles(ALIGNED_BIENCODER)  # trained on XQuAD: only its dev articles
+    assert articles == dev_articles(3) and "dev" in why
+    shipped = json.loads(fusion.fusion_file().read_text())
+    for r in shipped["retrievers"].values():
+        assert not test & set(r["articles"])
+        assert r["lexical_weight"] in [float(w) for w in r["ndcg_at_1"]]
+        best = max(r["ndcg_at_1"].values())
+        assert r["ndcg_at_1"][f"{r['lexical_weight']:g}"] == best  # the chosen weight is the grid's best
+    assert fusion.tuned_weights() == {n: r["lexical_weight"] for n, r in shipped["retrievers"].items()}
+    assert fusion.tuned_weights(tmp_path / "none.json") == {}

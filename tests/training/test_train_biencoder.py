@@ -53,3 +53,33 @@ def test_target_queries_add_their_two_terms(tmp_path, base_model_path):
     assert step["nce_qt"] > 0 and step["nce_qt_en"] > 0
     assert step["loss"] == pytest.approx(step["jsd"] + step["nce"] + step["nce_qt"] + step["nce_qt_en"], rel=1e-5)
     assert "--target-queries" in (out / "README.md").read_text()
+
+
+def test_hard_negatives_join_the_target_query_candidates():
+    """``--hard-negatives``: q_t chooses p_t among the batch's paragraphs *and* each row's
+    same-article negative; a negative that is another row's positive is left out."""
+    import torch
+
+    from training.biencoder import compute_loss
+    from training.data import Triplet
+    from training.losses import InfoNCELoss, JSDLoss
+
+    gen = torch.Generator().manual_seed(0)
+    table: dict[str, torch.Tensor] = {}
+
+    def module(texts, prefix):  # a fixed random vector per text: the loss assembly is under test
+        return torch.stack([table.setdefault(prefix + t, torch.randn(8, generator=gen)) for t in texts])
+
+    rows = [
+        Triplet("q0", "pe0", "pt0", "de", "g0", 1, "qt0", p_neg="pt9", neg_group="g9"),
+        Triplet("q1", "pe1", "pt1", "de", "g1", 1, "qt1", p_neg="pt0", neg_group="g0"),  # g0 is row 0's positive
+        Triplet("q2", "pe2", "pt2", "de", "g2", 2, "qt2", p_neg="pt8", neg_group="g8"),
+    ]
+    nce = InfoNCELoss(0.05)
+    parts = compute_loss(module, "jsd+nce", rows, JSDLoss(), nce, target_queries=True, hard_negatives=True)
+    q = module(["qt0", "qt1", "qt2"], "query: ")
+    cands = module(["pt0", "pt1", "pt2", "pt9", "pt8"], "passage: ")
+    assert parts["nce_qt"].item() == pytest.approx(nce(q, cands).item(), rel=1e-6)
+    plain = compute_loss(module, "jsd+nce", rows, JSDLoss(), nce, target_queries=True)
+    assert plain["nce_qt"].item() == pytest.approx(nce(q, cands[:3]).item(), rel=1e-6)
+    assert parts["nce_qt"].item() > plain["nce_qt"].item()  # more negatives: a harder choice
