@@ -507,7 +507,7 @@ def cpu_flags() -> str:
     return f"{cpu_model()} [{' '.join(f for f in wanted if f in flags) or 'no AVX2'}]"
 
 
-def how_text(ev: PipelineEvaluation, minutes: float) -> str:
+def how_text(ev: PipelineEvaluation, minutes: float, card: bool = False) -> str:
     import os
 
     return (
@@ -518,7 +518,8 @@ def how_text(ev: PipelineEvaluation, minutes: float) -> str:
         "the service does; 10 hits from 20 candidates; bilingual Max@R / Comp@10 = mean over the 22 en+t "
         "settings of the whole pool ranked (rows without a cross-encoder, or with `--full`). p50 ms: one "
         f"`Pipeline.search` at a time, nothing memoised, on {cpu_flags()} with {os.cpu_count()} cores. "
-        f"Command: `{'samelang eval pipeline' + (' --full' if ev.full else '')}` ({minutes:.0f} min)."
+        f"Command: `{'samelang eval pipeline' + (' --full' if ev.full else '') + (' --card' if card else '')}` "
+        f"({minutes:.0f} min)."
     )
 
 
@@ -659,7 +660,7 @@ def run_pipeline_evaluation(options: PipelineEvalOptions, readme: Path, log=prin
             http = served_over_http(evaluation, retriever, evaluation.ces)
     table = markdown(rows, chosen, http)
     minutes = (time.perf_counter() - t0) / 60
-    how = how_text(evaluation, minutes)
+    how = how_text(evaluation, minutes, options.card)
     data = {
         "rows": [{"name": r.name, "retriever": r.retriever, "reranker": r.reranker, "strategy": r.strategy,
                   "lexical_weight": r.lexical, **r.results} for r in rows],
