@@ -79,14 +79,6 @@ class LexicalIndex:
             return np.zeros(self.n_docs, np.float32)
         return np.asarray(self.bm25.get_scores(known), dtype=np.float32)
 
-    def top(self, terms: list[str], k: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """(scores, rows) of the ``k`` best rows with a positive score (``allowed``: a row mask)."""
-        s = self.scores(terms)
-        if allowed is not None:
-            s = np.where(allowed[: len(s)], s, 0.0)
-        rows = best_rows(s, k)
-        return s[rows], rows
-
 
 def best_rows(scores: np.ndarray, k: int) -> np.ndarray:
     """The rows of the ``k`` highest positive scores, best first (linear selection, then a sort of

@@ -13,7 +13,7 @@ import pytest
 
 from indexes.corpora import Document, load_xquad
 from indexes.index import AnalyzerMismatch, add_documents, build_index, open_index, read_index_manifest
-from indexes.lexical import K1, B, LexicalIndex, fuse
+from indexes.lexical import K1, B, LexicalIndex, best_rows, fuse
 
 
 def words(text: str) -> list[str]:
@@ -35,10 +35,10 @@ def test_bm25_matches_the_okapi_formula():
     expected = [okapi("cat", d) + okapi("mat", d) for d in texts]
     assert lex.scores(["cat", "mat"]) == pytest.approx(expected, rel=1e-5)
     assert lex.scores(["unseen"]).tolist() == [0, 0, 0]  # no shared term: nothing, not an error
-    s, rows = lex.top(["cat"], 5)
-    assert rows.tolist() == [2, 0] and s[0] > s[1] > 0  # only documents that share a term
-    s, rows = lex.top(["cat"], 5, allowed=np.array([True, True, False]))
-    assert rows.tolist() == [0]
+    s = lex.scores(["cat"])
+    rows = best_rows(s, 5)
+    assert rows.tolist() == [2, 0] and s[rows[0]] > s[rows[1]] > 0  # only documents that share a term
+    assert best_rows(np.where([True, True, False], s, 0.0), 5).tolist() == [0]
 
 
 def test_fusion_is_the_cosine_plus_the_weighted_normalised_bm25():
@@ -73,7 +73,7 @@ def test_a_question_finds_its_own_paragraph_in_its_own_language(encoder, paragra
         qs = [q for q in load_xquad([lang], split="test").questions if q.group in {d.group for d in paragraphs}]
         hits = 0
         for q in qs:
-            _, rows = lex.top(analyze(q.text), 1)
+            rows = best_rows(lex.scores(analyze(q.text)), 1)
             hits += len(rows) == 1 and (paragraphs[int(rows[0])].group, paragraphs[int(rows[0])].lang) == (
                 q.group,
                 lang,

@@ -16,19 +16,19 @@ reads to add each retriever's hybrid rows.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 from pathlib import Path
 
 import numpy as np
 from pydantic import Field
 
-from indexes.atomic import atomic_write_bytes, atomic_write_text
+from indexes.atomic import atomic_write_text
 from indexes.corpora import XQUAD_LANGS, load_split, load_xquad
 from indexes.lexical import LexicalIndex, fuse
 from service.models.folder import read_training_args
 from service.options import StrList
 
+from ..loop import cached_array
 from .common import EvalOptions, Report
 
 WEIGHTS = (0.0, 0.02, 0.04, 0.06, 0.08, 0.1, 0.12, 0.15, 0.2, 0.3)
@@ -80,21 +80,15 @@ class FusionTuning:
         self.options, self.log = options, log
 
     def _questions(self, articles):
-        qs = {x: [q for q in load_xquad([x], split="train").questions if q.article in articles] for x in XQUAD_LANGS}
-        return qs
+        return {x: [q for q in load_xquad([x], split="train").questions if q.article in articles] for x in XQUAD_LANGS}
 
     def _query_vectors(self, encoder, qs: dict, cache: Path) -> dict[str, np.ndarray]:
         texts = [q.text for x in XQUAD_LANGS for q in qs[x]]
         ident = f"{encoder.fingerprint}:{encoder.precision}:v1\0" + "\0".join(texts)
         key = hashlib.sha256(ident.encode()).hexdigest()[:20]
-        file = cache / f"xquad-train-queries-{key}.npy"
-        if file.exists():
-            flat = np.load(file)
-        else:
-            flat = encoder.encode_queries(texts, progress=True)
-            buf = io.BytesIO()
-            np.save(buf, flat)
-            atomic_write_bytes(file, buf.getvalue())
+        flat = cached_array(
+            cache / f"xquad-train-queries-{key}.npy", lambda: encoder.encode_queries(texts, progress=True)
+        )
         out, i = {}, 0
         for x in XQUAD_LANGS:
             out[x], i = flat[i : i + len(qs[x])], i + len(qs[x])
