@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-SECTIONS = ("build", "scale", "embed", "rerank", "http")
+SECTIONS = ("build", "scale", "embed", "rerank", "http", "memory")
 ON_REQUEST = ("soak",)  # run only when named
 
 

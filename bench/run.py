@@ -10,7 +10,9 @@ timed in alternation within each repetition, so machine noise hits both alike):
    1/8/32 against ``samelang serve`` on localhost (load generator and server share the CPU);
 4. ``build``: time to embed and index XQuAD (all 12 languages, 2,880 paragraphs; ``--quick``: en+zh);
 5. ``scale``: Flat vs HNSW vs IVF at 10k/100k(/1M) vectors grown from the index's real embeddings;
-6. ``soak`` (only when asked): 10 minutes of mixed traffic, errors and server RSS drift.
+6. ``memory``: resident memory of ``samelang serve`` per component (``/info``), with and without the
+   embedded generator, after a fixed round of traffic;
+7. ``soak`` (only when asked): 10 minutes of mixed traffic, errors and server RSS drift.
 
 ``tiny`` (``--tiny``) shrinks every section to a handful of inputs and the one-language demo index,
 so that a test can run each section end to end and check its table: it measures nothing.
@@ -37,7 +39,7 @@ from service.models.engine import cpu_flags, cpu_has_bf16
 class BenchConfig:
     quick: bool = False
     tiny: bool = False  # smoke-test sizes: every section runs end to end in seconds; its numbers mean nothing
-    sections: tuple[str, ...] = ("build", "scale", "embed", "rerank", "http")
+    sections: tuple[str, ...] = ("build", "scale", "embed", "rerank", "http", "memory")
     repeats: int = 5
     home: Path | None = None
     out: Path = Path("runs/bench")
@@ -237,6 +239,56 @@ def bench_http(cfg: BenchConfig) -> str:
     )
 
 
+MEMORY_COMPONENTS = ("encoder", "index", "reranker", "generator", "language_id")
+
+
+def bench_memory(cfg: BenchConfig) -> str:
+    """``samelang serve`` with ``--generator none`` and with the embedded generator: each component's
+    load-time RSS growth, then the process's RSS after 40 ``/search``, 4 ``/rerank`` (20 paragraphs)
+    and, with the generator, 12 ``/answer`` in 12 languages (what a server holds once warm)."""
+    import httpx
+
+    from .http_load import ServerProcess, free_port
+
+    x = load_xquad(["en", "zh"], split="test")
+    searches = [q.text for q in x.questions[: 4 if cfg.tiny else 40]]
+    paragraphs = [d.text for d in x.documents()][:20]
+    langs = [TINY_LANGS] if cfg.tiny else ["en", "ar", "de", "el", "es", "hi", "ro", "ru", "th", "tr", "vi", "zh"]
+    answers = [load_xquad([lang], split="test").questions[0].text for lang in langs]
+    rows = []
+    for generator in ("none", "transformers"):
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        env = {**os.environ, **({"SAMELANG_HOME": str(cfg.home)} if cfg.home else {})}
+        cmd = _serve_command(cfg, port)
+        cmd[cmd.index("--generator") + 1] = generator
+        with ServerProcess(cmd, url, Path(cfg.out) / f"server-memory-{generator}.log", env=env):
+            with httpx.Client(base_url=url, timeout=600) as client:
+                for q in searches:
+                    client.post("/search", json={"query": q, "k": 10}).raise_for_status()
+                for q in searches[: 1 if cfg.tiny else 4]:
+                    client.post("/rerank", json={"query": q, "documents": paragraphs}).raise_for_status()
+                if generator != "none":
+                    for q in answers[: 1 if cfg.tiny else len(answers)]:
+                        client.post("/answer", json={"query": q, "max_tokens": 48}).raise_for_status()
+                mem = client.get("/info").raise_for_status().json()["memory"]
+        load = mem["load_rss_mb"]
+        label = "--generator none" if generator == "none" else "embedded generator (default)"
+        rows.append([label, f"{mem['before_load_rss_mb']:.0f}",
+                     *(f"{load.get(c) or 0:.0f}" for c in MEMORY_COMPONENTS),
+                     f"**{mem['process_rss_mb']:.0f}**", f"{mem['process_peak_rss_mb']:.0f}",
+                     "yes" if mem["torch_imported"] else "no"])  # fmt: skip
+    head = ["server", "python + libraries", *MEMORY_COMPONENTS, "RSS after traffic", "peak", "torch imported"]
+    return _table(head, rows) + (
+        "\n\nMB. Per component: the growth of the server's resident set while it loads (in the order "
+        "shown); the encoder's ONNX weights are memory-mapped, so its share grows with the tokens requests "
+        "touch, which the RSS after traffic includes. Traffic: "
+        f"{len(searches)} /search, /rerank of 20 paragraphs, and with the generator one /answer per language. "
+        "The ONNX export and the demo index are made by a child process on a first start, so they never "
+        "stay in the server's memory."
+    )
+
+
 def bench_soak(cfg: BenchConfig) -> str:
     """``soak_seconds`` of mixed traffic against ``samelang serve`` (loopback): errors and RSS drift."""
     from .http_load import ServerProcess, free_port
@@ -335,6 +387,8 @@ def run(cfg: BenchConfig) -> str:
             text = bench_rerank(cfg)
         elif name == "http":
             text = bench_http(cfg)
+        elif name == "memory":
+            text = bench_memory(cfg)
         elif name == "soak":
             text = bench_soak(cfg)
         else:

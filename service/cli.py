@@ -103,6 +103,66 @@ def index_info_cmd(path: Path = typer.Argument(..., help="Index folder.")) -> No
 
 
 # ---------------------------------------------------------------- serve
+def ready_to_serve(cfg: ServiceSettings) -> bool:
+    """Whether everything a server reads is made (cheap: manifests and file names, no weights)."""
+    from indexes.index import IndexNotFound, read_index_manifest
+
+    from .models.encoder import cache_dir
+    from .models.engine import export_pending
+    from .models.gemma_checkpoint import generator_ready
+    from .models.registry import default_biencoder, default_index_path, default_reranker
+
+    device, options, cache = cfg.torch_device(), cfg.engine_options(), cache_dir(cfg.home)
+    if export_pending(options, device, cfg.model or default_biencoder(cfg.home), cache, "embed"):
+        return False
+    reranker = default_reranker(cfg.reranker, cfg.home)
+    if reranker is not None and export_pending(options, device, reranker, cache, "score"):
+        return False
+    if cfg.generator == "transformers" and cfg.generator_model is None and not generator_ready(cfg.home):
+        return False
+    if cfg.index is None:
+        try:
+            return bool(read_index_manifest(default_index_path(cfg)).get("lexical"))
+        except IndexNotFound:
+            return False
+    return True
+
+
+def prepare_serving(cfg: ServiceSettings) -> None:
+    """Make what the server reads: the converted base model, the ONNX exports of the served models,
+    the demo index and the generator checkpoint (each once; cached under ``$SAMELANG_HOME``)."""
+    from .models.encoder import Encoder
+    from .models.gemma_checkpoint import prepare_generator
+    from .models.registry import default_biencoder, default_reranker, ensure_demo_index
+    from .models.reranker import CrossEncoderReranker
+
+    device, options = cfg.torch_device(), cfg.engine_options()
+    encoder = Encoder(cfg.model or default_biencoder(cfg.home), device=device, home=cfg.home, options=options)
+    if cfg.index is None:
+        ensure_demo_index(cfg.home, cfg.demo_langs, encoder)
+    reranker = default_reranker(cfg.reranker, cfg.home)
+    if reranker is not None:
+        CrossEncoderReranker(
+            reranker, device=device, max_length=cfg.reranker_max_length, home=cfg.home, options=options
+        )
+    if cfg.generator == "transformers" and cfg.generator_model is None:
+        prepare_generator(cfg.home)
+
+
+def _prepare_in_child(cfg: ServiceSettings) -> None:
+    """:func:`prepare_serving` in a child process: converting and exporting read the torch weights
+    (~4 GB at peak on a first start), and a process does not give such memory back; the server then
+    loads only the finished artefacts, and stays at its steady-state size from its first start."""
+    import multiprocessing
+
+    child = multiprocessing.get_context("spawn").Process(target=prepare_serving, args=(cfg,), name="samelang-prepare")
+    child.start()
+    child.join()
+    if child.exitcode != 0:
+        typer.echo(f"samelang: preparing the models failed (exit code {child.exitcode}; see above)", err=True)
+        raise typer.Exit(1)
+
+
 @options.command(ServiceSettings)
 def serve(cfg: ServiceSettings) -> None:
     """Serve the API: prepares the models and the demo index on first run (cached)."""
@@ -112,21 +172,13 @@ def serve(cfg: ServiceSettings) -> None:
     import uvicorn
 
     from .api.app import create_app
-    from .models.encoder import Encoder
-    from .models.gemma_checkpoint import prepare_generator
-    from .models.registry import default_biencoder, ensure_demo_index
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # faiss tries its builds from the most specialised down and logs each miss at INFO, which reads like
     # an error; the build it settled on is in /info (index) and the bench tables
     logging.getLogger("faiss.loader").setLevel(logging.WARNING)
-    model_path = cfg.model or default_biencoder(cfg.home)
-    if cfg.index is None:
-        encoder = Encoder(model_path, device=cfg.torch_device(), home=cfg.home, options=cfg.engine_options())
-        ensure_demo_index(cfg.home, cfg.demo_langs, encoder)
-        del encoder
-    if cfg.generator == "transformers" and cfg.generator_model is None:
-        prepare_generator(cfg.home)
+    if not ready_to_serve(cfg):
+        _prepare_in_child(cfg)
     typer.echo(f"samelang: loading models and index, then serving on http://{cfg.host}:{cfg.port} ...")
     uvicorn.run(
         create_app(cfg), host=cfg.host, port=cfg.port, log_level="info",

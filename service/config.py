@@ -6,6 +6,7 @@ CLI commands pass only the flags the user gave to :func:`settings`.
 
 from __future__ import annotations
 
+import glob
 from pathlib import Path
 from typing import Literal
 
@@ -46,6 +47,8 @@ class Settings(BaseSettings):
     def torch_device(self) -> str:
         if self.device != "auto":
             return self.device
+        if not glob.glob("/dev/nvidia[0-9]*"):
+            return "cpu"  # no NVIDIA device node, no CUDA: and no torch import (~0.4 GB) just to learn that
         import torch
 
         return "cuda" if torch.cuda.is_available() else "cpu"

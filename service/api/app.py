@@ -40,29 +40,38 @@ def load_components(cfg: ServiceSettings) -> Components:
     from ..models.generation import NoGenerator, OpenAIGenerator, TransformersGenerator
     from ..models.registry import default_biencoder, default_generator_path, default_index_path, default_reranker
     from ..models.reranker import CosineReranker, CrossEncoderReranker
+    from ..resources import LoadLedger, rss_mb
 
     device = cfg.torch_device()
-    t0 = time.perf_counter()
+    t0, start_rss = time.perf_counter(), rss_mb()
+    ledger = LoadLedger()
     options = cfg.engine_options()
-    encoder = Encoder(cfg.model or default_biencoder(cfg.home), device=device, home=cfg.home, options=options)
-    index: OpenIndex = open_index(cfg.index or default_index_path(cfg), encoder.info, use_gpu=cfg.use_gpu_index)
+    with ledger.measure("encoder"):
+        encoder = Encoder(cfg.model or default_biencoder(cfg.home), device=device, home=cfg.home, options=options)
+    with ledger.measure("index"):
+        index: OpenIndex = open_index(cfg.index or default_index_path(cfg), encoder.info, use_gpu=cfg.use_gpu_index)
+        if getattr(index, "lexical", None) is not None:
+            encoder.analyzer  # noqa: B018  (built here, so that its cost is the index's, not a first request's)
     reranker_path = default_reranker(cfg.reranker, cfg.home)
-    reranker = (
-        CrossEncoderReranker(
-            reranker_path, device=device, max_length=cfg.reranker_max_length, home=cfg.home, options=options
+    with ledger.measure("reranker"):
+        reranker = (
+            CrossEncoderReranker(
+                reranker_path, device=device, max_length=cfg.reranker_max_length, home=cfg.home, options=options
+            )
+            if reranker_path
+            else CosineReranker(encoder)
         )
-        if reranker_path
-        else CosineReranker(encoder)
-    )
-    if cfg.generator == "transformers":
-        generator = TransformersGenerator(cfg.generator_model or default_generator_path(cfg.home), device=device)
-    elif cfg.generator == "openai":
-        generator = OpenAIGenerator(
-            cfg.openai_url, cfg.openai_model, cfg.openai_api_key, cfg.openai_timeout, cfg.openai_retries
-        )
-    else:
-        generator = NoGenerator()
-    langid = get_identifier(tuple(x.strip() for x in cfg.detect_langs.split(",") if x.strip()))
+    with ledger.measure("generator"):
+        if cfg.generator == "transformers":
+            generator = TransformersGenerator(cfg.generator_model or default_generator_path(cfg.home), device=device)
+        elif cfg.generator == "openai":
+            generator = OpenAIGenerator(
+                cfg.openai_url, cfg.openai_model, cfg.openai_api_key, cfg.openai_timeout, cfg.openai_retries
+            )
+        else:
+            generator = NoGenerator()
+    with ledger.measure("language_id"):
+        langid = get_identifier(tuple(x.strip() for x in cfg.detect_langs.split(",") if x.strip()))
     limits = Limits.from_settings(cfg)
     pipeline = Pipeline(
         encoder, index, reranker, generator, langid, limits, SearchParams(cfg.ef_search, cfg.nprobe),
@@ -74,7 +83,11 @@ def load_components(cfg: ServiceSettings) -> Components:
             "default (lexical weight %g); rebuild it with `samelang index build` to serve the measured default",
             index.path, pipeline.defaults.lexical_weight,
         )  # fmt: skip
-    return Components(pipeline, {"load_seconds": round(time.perf_counter() - t0, 2)})
+    info = {
+        "load_seconds": round(time.perf_counter() - t0, 2),
+        "memory": {"before_load_rss_mb": start_rss, **ledger.report()},
+    }
+    return Components(pipeline, info)
 
 
 def micro_batching(pipeline: Pipeline, cfg: ServiceSettings, metrics: Metrics) -> tuple[Pipeline, list]:
@@ -288,7 +301,11 @@ def _router() -> APIRouter:
 
     @r.get("/info", responses=_responses({401: ERRORS[401]}))
     async def info(request: Request):
-        return {**describe(handle(request).pipeline, request.app.state.settings), **request.app.state.components.info}
+        from ..resources import memory_now
+
+        loaded = request.app.state.components.info
+        memory = {**loaded.get("memory", {}), **memory_now()}
+        return {**describe(handle(request).pipeline, request.app.state.settings), **loaded, "memory": memory}
 
     @r.get("/metrics", response_class=PlainTextResponse, responses=_responses({401: ERRORS[401]}))
     async def metrics(request: Request):

@@ -45,7 +45,9 @@ class Encoder:
     :class:`~service.models.engine.InferenceEngine` (length-sorted token batches, precision modes).
 
     ``options`` defaults to fp32: training and evaluation get the fp32 reference unless they ask;
-    the service passes its ``--precision`` (``auto``: the model card's choice)."""
+    the service passes its ``--precision`` (``auto``: the model card's choice). Served from ONNX, the
+    torch weights are read only to export the graph (once per model and precision); ``model`` loads
+    the sentence-transformers model on first use, for callers that want it (a benchmark's reference)."""
 
     def __init__(
         self,
@@ -60,27 +62,41 @@ class Encoder:
                 f"no bi-encoder checkpoint at {self.path}: run `samelang models prepare` (base model) "
                 "or `samelang train biencoder` (aligned model)"
             )
-        self.model = load_sentence_transformer(self.path, device=device, home=home)
+        self.device, self.home = device, home
         self.name = self.path.name
-        self.dim = int(self.model.get_embedding_dimension())
         self.fingerprint = model_fingerprint(self.path)
-        prompts = getattr(self.model, "prompts", {}) or {}
-        self._query_prompt = prompts.get("query", "")
-        self._passage_prompt = prompts.get("passage", "")
-        pooling = getattr(self.model[1], "pooling_mode", "mean") if len(self.model) > 1 else "mean"
-        if pooling != "mean":
-            raise ValueError(f"{self.path}: the inference engine implements mean pooling, the model uses {pooling}")
         self.engine = InferenceEngine(
-            self.model[0].auto_model,
-            self.model.tokenizer,
+            self._load,
             "embed",
             self.fingerprint,
             cache_dir(home),
             options or EngineOptions(precision="fp32"),
             device=device,
-            max_length=int(self.model.max_seq_length or 512),
             model_dir=self.path,
         )
+        meta = self.engine.meta
+        self.dim = int(meta["dim"])
+        self._query_prompt, self._passage_prompt = meta["query_prompt"], meta["passage_prompt"]
+
+    def _load(self):
+        """(transformer, tokenizer, meta) for the engine; a fresh model that the engine may drop."""
+        model = load_sentence_transformer(self.path, device=self.device, home=self.home)
+        pooling = getattr(model[1], "pooling_mode", "mean") if len(model) > 1 else "mean"
+        if pooling != "mean":
+            raise ValueError(f"{self.path}: the inference engine implements mean pooling, the model uses {pooling}")
+        prompts = getattr(model, "prompts", {}) or {}
+        meta = {
+            "dim": int(model.get_embedding_dimension()),
+            "query_prompt": prompts.get("query", ""),
+            "passage_prompt": prompts.get("passage", ""),
+            "max_length": int(model.max_seq_length or 512),
+        }
+        return model[0].auto_model, model.tokenizer, meta
+
+    @functools.cached_property
+    def model(self):
+        """The sentence-transformers model itself (loaded on first use; the engine does not need it)."""
+        return load_sentence_transformer(self.path, device=self.device, home=self.home)
 
     @property
     def precision(self) -> str:
@@ -110,17 +126,18 @@ class Encoder:
         markers dropped (see :mod:`indexes.lexical` for why subwords). The name is a checksum of the
         vocabulary (nothing that a library upgrade renames), so an index's BM25 half is only ever
         queried with the terms it was built on."""
-        from tokenizers import Tokenizer
-
-        # a copy: the engine's calls set truncation and padding on the shared one
-        backend = Tokenizer.from_str(self.model.tokenizer.backend_tokenizer.to_str())
-        backend.no_truncation()
-        backend.no_padding()
-        vocab = sorted(backend.get_vocab().items(), key=lambda kv: kv[1])
+        # The engine's own tokenizer, run stage by stage (normaliser, pre-tokeniser, model): what
+        # ``encode(text, add_special_tokens=False).tokens`` gives, without the engine's truncation,
+        # and without a second copy of a tokenizer that holds ~0.3 GB for e5's 250k-piece vocabulary.
+        tok = self.engine.tokenizer
+        normalizer, pre_tokenizer, model = tok.normalizer, tok.pre_tokenizer, tok.model
+        vocab = sorted(tok.get_vocab().items(), key=lambda kv: kv[1])
         digest = hashlib.sha256("\n".join(k for k, _ in vocab).encode()).hexdigest()[:12]
 
         def analyze(text: str) -> list[str]:
-            tokens = backend.encode(text, add_special_tokens=False).tokens
+            text = normalizer.normalize_str(text) if normalizer is not None else text
+            pieces = pre_tokenizer.pre_tokenize_str(text) if pre_tokenizer is not None else [(text, None)]
+            tokens = (t.value for piece, _ in pieces for t in model.tokenize(piece))
             return [w for w in (t.lstrip("\u2581").lower() for t in tokens) if w]
 
         return f"subword-lower:{digest}", analyze

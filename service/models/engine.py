@@ -19,14 +19,20 @@ precision within 0.3 points of fp32 on the eval tables (written by ``samelang ev
 and when there is none fp32 on CPU, bf16 (fp16 where the GPU lacks bf16) on GPU. ONNX graphs are
 exported once per model fingerprint and precision into ``$SAMELANG_HOME/cache/onnx`` (written to a
 scratch folder, then renamed).
+
+**An exported graph is self-contained**: its folder holds ``model.onnx``, the tokenizer
+(``tokenizer.json``, the ``tokenizers`` library's own format) and ``model.json`` (pad id, maximum
+length and what the caller needs, e.g. the embedding size and e5 prompts). So a process that serves
+from ONNX never loads the torch weights, nor imports torch: the model is read once, at export, and
+the server keeps one copy of it (ONNX Runtime's), not two. Tokenisation is the ``tokenizers``
+library's ``encode_batch`` with the same truncation as transformers' fast tokenizer (``longest_first``,
+right side), which is what transformers calls underneath.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
-import shutil
 import tempfile
 import time
 import warnings
@@ -46,7 +52,10 @@ log = logging.getLogger("samelang")
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16", "int8")
 BACKENDS = ("auto", "torch", "onnx")
-ONNX_FORMAT = 1  # bump when the exported graph changes, so that caches are rebuilt
+ONNX_FORMAT = (
+    2  # bump when the exported folder changes, so that caches are rebuilt (2: external weights, tokenizer, model.json)
+)
+MODEL_META, TOKENIZER_FILE = "model.json", "tokenizer.json"
 
 # Recorded tolerances against fp32 (tests/service/models/test_engine.py checks them on multilingual
 # texts): minimum cosine of embeddings, maximum absolute difference of sigmoid reranker scores.
@@ -194,10 +203,11 @@ def onnx_path(cache: Path, fingerprint: str, kind: str, precision: str) -> Path:
     return Path(cache) / "onnx" / f"{fingerprint[:16]}-{kind}-{precision}-v{ONNX_FORMAT}" / "model.onnx"
 
 
-def export_onnx(model, kind: str, precision: str, target: Path) -> Path:
+def export_onnx(model, kind: str, precision: str, target: Path, tokenizer=None, meta: dict | None = None) -> Path:
     """Export ``model`` (a transformers BERT-family module) to ONNX, fuse it with ONNX Runtime's
-    transformer optimizer, and for int8 quantise it dynamically; atomic: ``target``'s folder
-    appears complete or not at all."""
+    transformer optimizer, and for int8 quantise it dynamically; beside it the tokenizer (a
+    transformers fast tokenizer; its ``tokenizers`` backend is saved) and ``meta`` (``model.json``).
+    Atomic: ``target``'s folder appears complete or not at all."""
     import torch
     from onnxruntime.quantization import QuantType, quantize_dynamic
     from onnxruntime.transformers import optimizer
@@ -233,13 +243,14 @@ def export_onnx(model, kind: str, precision: str, target: Path) -> Path:
         )
         opt.save_model_to_file(str(fused))
         raw.unlink()
+        final = Path(tmp) / "final.onnx"
         if precision == "int8":
             root, level = logging.getLogger(), logging.getLogger().level
             root.setLevel(logging.ERROR)  # the quantiser logs a generic "consider pre-processing" hint
             try:
                 quantize_dynamic(
                     str(fused),
-                    str(out / target.name),
+                    str(final),
                     weight_type=QuantType.QInt8,
                     per_channel=True,
                     op_types_to_quantize=["MatMul", "Attention"],
@@ -248,23 +259,62 @@ def export_onnx(model, kind: str, precision: str, target: Path) -> Path:
             finally:
                 root.setLevel(level)
         else:
-            shutil.move(str(fused), out / target.name)
+            final = fused
+        _save_with_external_weights(final, out / target.name)
+        if tokenizer is not None:
+            (out / TOKENIZER_FILE).write_text(_backend_tokenizer(tokenizer).to_str())
+        (out / MODEL_META).write_text(json.dumps(meta or {}, indent=1))
         (out / "export.json").write_text(
             json.dumps({"kind": kind, "precision": precision, "seconds": round(time.perf_counter() - t0, 1)})
         )
     return target
 
 
+def _save_with_external_weights(src: Path, dst: Path) -> None:
+    """Save the graph with its weights in one external file beside it (``model.onnx.data``): ONNX
+    Runtime memory-maps external weights instead of copying them, so the resident memory holds
+    only the pages a request touches (of e5's 250k-row embedding table, the rows of the tokens
+    actually seen), ~0.1 GB instead of ~0.5 GB per fp32 model, and no second copy while loading."""
+    import onnx
+
+    model = onnx.load(str(src))
+    onnx.save_model(model, str(dst), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location=dst.name + ".data", size_threshold=1024)  # fmt: skip
+
+
+def _backend_tokenizer(tokenizer):
+    """A clean copy of a transformers fast tokenizer's ``tokenizers`` backend (no truncation or padding
+    left over from earlier calls)."""
+    from tokenizers import Tokenizer
+
+    backend = Tokenizer.from_str(getattr(tokenizer, "backend_tokenizer", tokenizer).to_str())
+    backend.no_truncation()
+    backend.no_padding()
+    return backend
+
+
+def onnx_artefact_ready(path: Path) -> bool:
+    """Whether an exported folder holds all a server needs (graph, tokenizer, model.json)."""
+    return all((path.parent / f).exists() for f in (path.name, TOKENIZER_FILE, MODEL_META))
+
+
+def export_pending(options: EngineOptions, device: str, model_dir: Path, cache: Path, kind: str) -> bool:
+    """Whether an engine built with these options would export an ONNX graph first (cheap: no weights
+    read), so that a server can have it done in another process before it loads."""
+    from .folder import model_fingerprint
+
+    chosen = resolve(options, device, model_dir)
+    return chosen.backend == "onnx" and not onnx_artefact_ready(
+        onnx_path(cache, model_fingerprint(model_dir), kind, chosen.precision)
+    )
+
+
 class OnnxBackend:
-    def __init__(self, model, kind: str, precision: str, fingerprint: str, cache: Path, threads: int | None):
+    def __init__(self, path: Path, threads: int | None):
         import onnxruntime as ort
 
-        path = onnx_path(cache, fingerprint, kind, precision)
-        if not path.exists():
-            log.warning("samelang: exporting %s (%s) to ONNX %s once, ~1 min ...", kind, precision, path.parent)
-            export_onnx(model, kind, precision, path)
         so = ort.SessionOptions()
-        so.intra_op_num_threads = threads or _default_threads()
+        so.intra_op_num_threads = threads or 0  # 0: ONNX Runtime's default, one thread per physical core
         so.inter_op_num_threads = 1
         # idle worker threads sleep instead of spinning: the encoder and the reranker share two cores
         so.add_session_config_entry("session.intra_op.allow_spinning", "0")
@@ -275,48 +325,58 @@ class OnnxBackend:
         return self.session.run(None, {"input_ids": input_ids, "attention_mask": attention_mask})[0]
 
 
-def _default_threads() -> int:
-    try:
-        import torch
-
-        return torch.get_num_threads()
-    except ImportError:  # pragma: no cover
-        return os.cpu_count() or 1
-
-
 # --------------------------------------------------------------------------------------------- engine
 class InferenceEngine:
     """Tokenise, sort by length, run token-bounded batches on the chosen backend, restore order.
 
     ``kind`` is ``"embed"`` (mean-pooled, L2-normalised embeddings) or ``"score"`` (one logit
-    per pair, through ``activation``)."""
+    per pair, through ``activation``).
+
+    ``load()`` returns ``(module, tokenizer, meta)``: the transformers module, its fast tokenizer and
+    what the caller wants remembered with an export (``meta``, e.g. prompts and embedding size). It
+    is called only when the run needs the weights: the torch backend, or an ONNX graph not yet
+    exported. ``self.meta`` is that dict either way (read back from ``model.json`` when served from
+    a finished export), with ``pad_id`` and ``max_length`` added."""
 
     def __init__(
         self,
-        model,
-        tokenizer,
+        load,
         kind: str,
         fingerprint: str,
         cache: Path,
         options: EngineOptions = EngineOptions(),
         device: str = "cpu",
-        max_length: int = 512,
+        max_length: int | None = None,
         model_dir: Path | None = None,
         activation=None,
     ):
         if kind not in (_Head.EMBED, _Head.SCORE):
             raise ValueError(f"kind must be 'embed' or 'score', got {kind!r}")
         self.options = resolve(options, device, model_dir)
-        self.kind, self.tokenizer, self.max_length, self.activation = kind, tokenizer, max_length, activation
-        if self.options.threads:
-            import torch
-
-            torch.set_num_threads(self.options.threads)
+        self.kind, self.activation = kind, activation
         if self.options.backend == "onnx":
-            self.backend = OnnxBackend(model, kind, self.options.precision, fingerprint, cache, self.options.threads)
+            path = onnx_path(cache, fingerprint, kind, self.options.precision)
+            if not onnx_artefact_ready(path):
+                log.warning("samelang: exporting %s (%s) to ONNX %s once, ~1 min ...", kind, self.options.precision,
+                            path.parent)  # fmt: skip
+                module, tokenizer, meta = load()
+                export_onnx(module, kind, self.options.precision, path, tokenizer, _with_tokens(meta, tokenizer))
+                del module  # the server keeps ONNX Runtime's copy of the weights, not torch's too
+            self.meta = json.loads((path.parent / MODEL_META).read_text())
+            self.tokenizer = _tokenizer_from_file(path.parent / TOKENIZER_FILE)  # saved clean: no copy (~0.3 GB)
+            self.backend = OnnxBackend(path, self.options.threads)
         else:
-            self.backend = TorchBackend(model, kind, self.options.precision, device)
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+            if self.options.threads:
+                import torch
+
+                torch.set_num_threads(self.options.threads)
+            module, tokenizer, meta = load()
+            self.meta = _with_tokens(meta, tokenizer)
+            self.tokenizer = _backend_tokenizer(tokenizer)
+            self.backend = TorchBackend(module, kind, self.options.precision, device)
+        self.max_length = int(max_length or self.meta["max_length"])
+        self.pad_id = int(self.meta["pad_id"])
+        self.tokenizer.enable_truncation(self.max_length)  # longest_first, right: transformers' default
 
     @property
     def precision(self) -> str:
@@ -332,11 +392,8 @@ class InferenceEngine:
 
     def _tokenise(self, inputs: list) -> list[list[int]]:
         if self.kind == _Head.SCORE:
-            a, b = [x[0] for x in inputs], [x[1] for x in inputs]
-            enc = self.tokenizer(a, b, truncation=True, max_length=self.max_length)
-        else:
-            enc = self.tokenizer(list(inputs), truncation=True, max_length=self.max_length)
-        return enc["input_ids"]
+            return [e.ids for e in self.tokenizer.encode_batch([(str(a), str(b)) for a, b in inputs])]
+        return [e.ids for e in self.tokenizer.encode_batch([str(t) for t in inputs])]
 
     def padded_batches(self, inputs: list):
         """(indices, input_ids, attention_mask) per token-bounded batch, longest first: what
@@ -370,6 +427,19 @@ class InferenceEngine:
             s = out[:, 0]
             return self.activation(s) if self.activation is not None else s
         return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+
+
+def _with_tokens(meta: dict, tokenizer) -> dict:
+    """``meta`` plus the tokenizer facts the engine needs without transformers: pad id, max length."""
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    longest = min(int(getattr(tokenizer, "model_max_length", 512) or 512), 512)
+    return {"pad_id": int(pad), "max_length": longest, **meta}
+
+
+def _tokenizer_from_file(path: Path):
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(str(path))
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:

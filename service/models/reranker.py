@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -44,12 +45,11 @@ class CrossEncoderReranker:
                 f"no cross-encoder checkpoint at {self.path}: train one with `samelang train reranker`, "
                 "or leave the reranker unset to rerank by bi-encoder cosine"
             )
-        self.model = load_cross_encoder(self.path, device=device, max_length=max_length, home=home)
+        self.device, self.home, self.max_length = device, home, max_length
         self.name = self.path.name
         self.fingerprint = model_fingerprint(self.path)
         self.engine = InferenceEngine(
-            self.model.model,
-            self.model.tokenizer,
+            self._load,
             "score",
             self.fingerprint,
             cache_dir(home),
@@ -59,6 +59,16 @@ class CrossEncoderReranker:
             model_dir=self.path,
             activation=sigmoid,  # CrossEncoder.predict's default for one label: scores in (0, 1)
         )
+
+    def _load(self):
+        """(module, tokenizer, meta) for the engine; a fresh model that the engine may drop."""
+        ce = load_cross_encoder(self.path, device=self.device, max_length=self.max_length, home=self.home)
+        return ce.model, ce.tokenizer, {}
+
+    @functools.cached_property
+    def model(self):
+        """The sentence-transformers ``CrossEncoder`` (loaded on first use; the engine does not need it)."""
+        return load_cross_encoder(self.path, device=self.device, max_length=self.max_length, home=self.home)
 
     @property
     def precision(self) -> str:

@@ -46,6 +46,9 @@ TABLES = {
                ["sentence-transformers CrossEncoder.predict fp32, batch 32 (reference)", "samelang engine fp32"]),
     "http": ("route", ["concurrency", "requests", "errors", "p50 ms", "p95 ms", "p99 ms", "req/s", "x vs c=1"],
              ["/search", "/search", "/rerank", "/rerank"]),
+    "memory": ("server", ["python + libraries", "encoder", "index", "reranker", "generator", "language_id",
+                          "RSS after traffic", "peak", "torch imported"],
+               ["--generator none", "embedded generator (default)"]),
     "soak": ("traffic", ["requests", "errors", "p50 ms"],
              ["search", "search_rerank", "rerank", "answer", "diagnose", "hang_up"]),
 }  # fmt: skip
@@ -100,6 +103,8 @@ def test_every_section_runs_at_tiny_sizes_and_prints_its_table(tmp_path, samelan
         assert table[0][0].startswith(first) and bare[0][1:] == [h.split(" (")[0] for h in head], (name, table[0])
         assert [r[0] for r in bare[1:]] == [r.split(" (")[0] for r in rows], (name, table)
         assert all(len(r) == len(table[0]) for r in table), (name, table)
+        if name == "memory":  # served from ONNX, without the generator, the server never imports torch
+            assert table[1][table[0].index("torch imported")] == "no", table
         if name in ("http", "soak"):
             errors = table[0].index("errors")
             assert all(r[errors] == "0" for r in table[1:]), (name, table)

@@ -64,6 +64,18 @@ def test_the_encoders_subword_analyzer_segments_every_script(encoder):
         assert len(terms) >= 2 and all(t and t == t.lower() and "\u2581" not in t for t in terms)
     long = " ".join(["word"] * 2000)
     assert len(analyze(long)) == 2000  # never truncated at the model's 512 tokens
+    # it is the model's tokenizer (the checkpoint's own tokenizer.json, untruncated), lower-cased
+    from tokenizers import Tokenizer
+
+    reference = Tokenizer.from_file(str(encoder.path / "tokenizer.json"))
+    reference.no_truncation()
+    for text in [d.text for d in load_xquad(["ar", "hi", "ru", "th", "zh"], split="test").documents()[:60]]:
+        want = [
+            w
+            for w in (t.lstrip("\u2581").lower() for t in reference.encode(text, add_special_tokens=False).tokens)
+            if w
+        ]
+        assert analyze(text) == want
 
 
 def test_a_question_finds_its_own_paragraph_in_its_own_language(encoder, paragraphs):

@@ -74,3 +74,31 @@ def test_serve_runs_the_shipped_defaults(served, base_model_path):
         assert body["components"]["retriever"] == retriever
         found += q.group in {h["group"] for h in body["hits"]}
     assert found >= 4, found  # the gold paragraph is retrieved: the index and the model belong together
+
+
+def test_the_server_answers_from_onnx_without_torch_and_reports_its_memory(served):
+    """Served from finished ONNX exports (weights memory-mapped, tokenizer saved beside them) and
+    without the embedded generator, the server process never imports torch: one copy of each model
+    is resident, ONNX Runtime's. /info reports the load-time growth per component."""
+    assert served.post("/search", json={"query": "Who founded the Normans?", "k": 3}).status_code == 200
+    memory = served.get("/info").json()["memory"]
+    assert memory["torch_imported"] is False, memory
+    assert set(memory["load_rss_mb"]) == {"encoder", "index", "reranker", "generator", "language_id"}
+    assert memory["process_rss_mb"] > 0 and memory["process_peak_rss_mb"] >= memory["before_load_rss_mb"] > 0
+    assert all(isinstance(v, (int, float)) for v in memory["load_rss_mb"].values()), memory
+
+
+def test_the_service_commands_do_not_import_training_or_torch():
+    """``samelang serve`` / ``index`` / ``models`` are joined without ``training`` (which imports
+    torch: ~0.4 GB and ~2 s a server from ONNX never uses); the full help still lists every command."""
+    import subprocess
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)}
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "samelang", "serve", "--help"],
+                          env=env, cwd=REPO, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0 and "--generator" in proc.stdout, proc.stderr[-2000:]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time")}
+    assert "service.cli" in imported and not imported & {"torch", "training", "training.cli"}, sorted(imported)[:50]
+    full = subprocess.run([sys.executable, "-m", "samelang", "--help"], env=env, cwd=REPO, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert full.returncode == 0 and all(c in full.stdout for c in ("serve", "index", "train", "eval", "bench"))

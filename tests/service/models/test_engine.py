@@ -114,3 +114,34 @@ def test_precision_rules(tmp_path):
     # the card chose for the CPU only: a GPU gets half precision (bf16, or fp16 without bf16 support)
     assert resolve(EngineOptions(), "cuda", tmp_path).precision in ("bf16", "fp16")
     assert resolve(EngineOptions("fp32"), "cpu", tmp_path).precision == "fp32"  # a flag wins over the card
+
+
+def _refuse_to_load(*args, **kwargs):
+    raise AssertionError("the torch weights were read although a finished ONNX export was there")
+
+
+def test_a_finished_export_serves_without_the_torch_weights(base_model_path, samelang_home, monkeypatch):
+    """The export folder is self-contained (graph, external weights, tokenizer, model.json): an
+    engine over it never loads the checkpoint, and embeds exactly as the one that exported it."""
+    from service.models import encoder as E
+    from service.models import reranker as R
+    from service.models.engine import onnx_path
+    from service.models.registry import LAMAR_RERANKER
+
+    first = E.Encoder(base_model_path, options=EngineOptions("fp32", "onnx"))
+    want = first.encode_passages(TEXTS)
+    scorer = R.CrossEncoderReranker(LAMAR_RERANKER, home=samelang_home, options=EngineOptions("fp32", "onnx"))
+    want_scores = scorer.score("What is the capital of Germany?", TEXTS)
+    monkeypatch.setattr(E, "load_sentence_transformer", _refuse_to_load)
+    monkeypatch.setattr(R, "load_cross_encoder", _refuse_to_load)
+    again = E.Encoder(base_model_path, options=EngineOptions("fp32", "onnx"))
+    assert (again.dim, again._query_prompt, again._passage_prompt) == (384, "query: ", "passage: ")
+    assert np.array_equal(again.encode_passages(TEXTS), want)
+    assert again.analyzer[0] == first.analyzer[0]  # the BM25 analyzer is named by the same vocabulary
+    rr = R.CrossEncoderReranker(LAMAR_RERANKER, home=samelang_home, options=EngineOptions("fp32", "onnx"))
+    assert np.array_equal(rr.score("What is the capital of Germany?", TEXTS), want_scores)
+    folder = again.engine.backend.path.parent
+    assert folder == onnx_path(samelang_home / "cache", first.fingerprint, "embed", "fp32").parent
+    # weights live beside the graph, memory-mapped by ONNX Runtime: the graph itself is small
+    assert (folder / "model.onnx.data").stat().st_size > 100 * 2**20 > (folder / "model.onnx").stat().st_size
+    assert {"tokenizer.json", "model.json"} <= {p.name for p in folder.iterdir()}
