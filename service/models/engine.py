@@ -209,7 +209,6 @@ def export_onnx(model, kind: str, precision: str, target: Path, tokenizer=None, 
     transformers fast tokenizer; its ``tokenizers`` backend is saved) and ``meta`` (``model.json``).
     Atomic: ``target``'s folder appears complete or not at all."""
     import torch
-    from onnxruntime.quantization import QuantType, quantize_dynamic
     from onnxruntime.transformers import optimizer
 
     t0 = time.perf_counter()
@@ -243,23 +242,9 @@ def export_onnx(model, kind: str, precision: str, target: Path, tokenizer=None, 
         )
         opt.save_model_to_file(str(fused))
         raw.unlink()
-        final = Path(tmp) / "final.onnx"
+        final = fused
         if precision == "int8":
-            root, level = logging.getLogger(), logging.getLogger().level
-            root.setLevel(logging.ERROR)  # the quantiser logs a generic "consider pre-processing" hint
-            try:
-                quantize_dynamic(
-                    str(fused),
-                    str(final),
-                    weight_type=QuantType.QInt8,
-                    per_channel=True,
-                    op_types_to_quantize=["MatMul", "Attention"],
-                    extra_options={"DefaultTensorType": 1},  # FLOAT: the fused ops' outputs have no inferred type
-                )
-            finally:
-                root.setLevel(level)
-        else:
-            final = fused
+            final = _quantise_int8(fused, Path(tmp) / "final.onnx")
         _save_with_external_weights(final, out / target.name)
         if tokenizer is not None:
             (out / TOKENIZER_FILE).write_text(_backend_tokenizer(tokenizer).to_str())
@@ -268,6 +253,26 @@ def export_onnx(model, kind: str, precision: str, target: Path, tokenizer=None, 
             json.dumps({"kind": kind, "precision": precision, "seconds": round(time.perf_counter() - t0, 1)})
         )
     return target
+
+
+def _quantise_int8(src: Path, dst: Path) -> Path:
+    """ONNX Runtime's dynamic quantisation: per-channel int8 weights of every MatMul/Attention."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    root, level = logging.getLogger(), logging.getLogger().level
+    root.setLevel(logging.ERROR)  # the quantiser logs a generic "consider pre-processing" hint
+    try:
+        quantize_dynamic(
+            str(src),
+            str(dst),
+            weight_type=QuantType.QInt8,
+            per_channel=True,
+            op_types_to_quantize=["MatMul", "Attention"],
+            extra_options={"DefaultTensorType": 1},  # FLOAT: the fused ops' outputs have no inferred type
+        )
+    finally:
+        root.setLevel(level)
+    return dst
 
 
 def _save_with_external_weights(src: Path, dst: Path) -> None:
