@@ -262,6 +262,9 @@ def bench_memory(cfg: BenchConfig) -> str:
         env = {**os.environ, **({"SAMELANG_HOME": str(cfg.home)} if cfg.home else {})}
         cmd = _serve_command(cfg, port)
         cmd[cmd.index("--generator") + 1] = generator
+        # this section measures memory, not latency: a first answer that pages the generator's weights
+        # in on a busy machine must not be cut by the default 30 s request budget
+        cmd += ["--request-timeout-s", "600"]
         with ServerProcess(cmd, url, Path(cfg.out) / f"server-memory-{generator}.log", env=env):
             with httpx.Client(base_url=url, timeout=600) as client:
                 for q in searches:
@@ -270,7 +273,9 @@ def bench_memory(cfg: BenchConfig) -> str:
                     client.post("/rerank", json={"query": q, "documents": paragraphs}).raise_for_status()
                 if generator != "none":
                     for q in answers[: 1 if cfg.tiny else len(answers)]:
-                        client.post("/answer", json={"query": q, "max_tokens": 48}).raise_for_status()
+                        client.post(
+                            "/answer", json={"query": q, "max_tokens": 8 if cfg.tiny else 48}
+                        ).raise_for_status()
                 mem = client.get("/info").raise_for_status().json()["memory"]
         load = mem["load_rss_mb"]
         label = "--generator none" if generator == "none" else "embedded generator (default)"
