@@ -105,13 +105,14 @@ def index_info_cmd(path: Path = typer.Argument(..., help="Index folder.")) -> No
 # ---------------------------------------------------------------- serve
 def ready_to_serve(cfg: ServiceSettings) -> bool:
     """Whether everything a server reads is made (cheap: manifests and file names, no weights)."""
-    from indexes.index import IndexNotFound, read_index_manifest
-
+    from .models.base_model import base_model_ready
     from .models.encoder import cache_dir
     from .models.engine import export_pending
     from .models.gemma_checkpoint import generator_ready
-    from .models.registry import default_biencoder, default_index_path, default_reranker
+    from .models.registry import default_biencoder, default_index_path, default_reranker, demo_index_ready
 
+    if not base_model_ready(cfg.home):
+        return False  # converting it is the child's work (default_biencoder below would convert it here)
     device, options, cache = cfg.torch_device(), cfg.engine_options(), cache_dir(cfg.home)
     if export_pending(options, device, cfg.model or default_biencoder(cfg.home), cache, "embed"):
         return False
@@ -120,12 +121,7 @@ def ready_to_serve(cfg: ServiceSettings) -> bool:
         return False
     if cfg.generator == "transformers" and cfg.generator_model is None and not generator_ready(cfg.home):
         return False
-    if cfg.index is None:
-        try:
-            return bool(read_index_manifest(default_index_path(cfg)).get("lexical"))
-        except IndexNotFound:
-            return False
-    return True
+    return cfg.index is not None or demo_index_ready(default_index_path(cfg))
 
 
 def prepare_serving(cfg: ServiceSettings) -> None:

