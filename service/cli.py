@@ -119,7 +119,7 @@ def ready_to_serve(cfg: ServiceSettings) -> bool:
     reranker = default_reranker(cfg.reranker, cfg.home)
     if reranker is not None and export_pending(options, device, reranker, cache, "score"):
         return False
-    if cfg.generator == "transformers" and cfg.generator_model is None and not generator_ready(cfg.home):
+    if cfg.generator == "llamacpp" and cfg.generator_model is None and not generator_ready(cfg.home):
         return False
     return cfg.index is not None or demo_index_ready(default_index_path(cfg))
 
@@ -141,7 +141,7 @@ def prepare_serving(cfg: ServiceSettings) -> None:
         CrossEncoderReranker(
             reranker, device=device, max_length=cfg.reranker_max_length, home=cfg.home, options=options
         )
-    if cfg.generator == "transformers" and cfg.generator_model is None:
+    if cfg.generator == "llamacpp" and cfg.generator_model is None:
         prepare_generator(cfg.home)
 
 

@@ -144,10 +144,19 @@ class ServiceSettings(Settings):
         "index with its lexical half, which `samelang index build` writes; default: measured, models/serving.json)",
     )
     reranker_max_length: int = Field(256, ge=16, le=512, description="cross-encoder truncation (tokens per pair)")
-    generator: Literal["transformers", "openai", "none"] = Field(
-        "transformers", description="/answer's generator: embedded Gemma 3 270M, an OpenAI-compatible server, or none"
+    generator: Literal["llamacpp", "openai", "none"] = Field(
+        "llamacpp",
+        description="/answer's generator: embedded Gemma 3 270M GGUF on llama.cpp, an OpenAI-compatible server, "
+        "or none",
     )
-    generator_model: Path | None = Field(None, description="transformers generator checkpoint (default: Gemma 3 270M)")
+    generator_model: Path | None = Field(None, description="GGUF file for --generator llamacpp (default: Gemma 3 270M)")
+    generator_ctx: int = Field(
+        4096,
+        ge=256,
+        le=32768,
+        description="llama.cpp context (prompt + answer tokens); passages that do not fit are "
+        "dropped, the last one cut",
+    )
     openai_url: str = Field(
         "http://127.0.0.1:8001", description="OpenAI-compatible server (vLLM) for --generator openai"
     )

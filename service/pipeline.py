@@ -432,7 +432,7 @@ class Pipeline:
                 cited.append(h)
             if len(cited) == passages:
                 break
-        prompt = build_prompt(query, [h.doc.text for h in cited])
+        cited, prompt = fit_prompt(self.generator, query, cited, max_tokens)
         try:
             text = self.generator.generate(prompt, max_tokens)
         except GeneratorUnavailable as e:
@@ -524,6 +524,29 @@ class Pipeline:
             }
             for i, q in enumerate(queries)
         ]
+
+
+def fit_prompt(generator, query: str, cited: list, max_tokens: int) -> tuple[list, str]:
+    """The prompt over ``cited`` hits that fits the generator's context with ``max_tokens`` to spare:
+    the last passages are dropped first (they are the least relevant), and a first passage that is
+    alone too long is cut. A generator without a context limit (a remote server that checks its own)
+    takes every passage."""
+    texts = [h.doc.text for h in cited]
+    prompt = build_prompt(query, texts)
+    fits = getattr(generator, "fits", None)
+    if fits is None or fits(prompt, max_tokens):
+        return cited, prompt
+    while len(texts) > 1 and not fits(prompt, max_tokens):
+        texts.pop()
+        prompt = build_prompt(query, texts)
+    if not fits(prompt, max_tokens):
+        spare = generator.n_ctx - max_tokens - generator.count_tokens(build_prompt(query, [""]))
+        if spare < 1:
+            raise BadRequest("query", f"the question and max_tokens leave no room in the generator's context "
+                             f"({generator.n_ctx} tokens, --generator-ctx)")  # fmt: skip
+        texts = [generator.truncate(texts[0], spare)]
+        prompt = build_prompt(query, texts)
+    return cited[: len(texts)], prompt
 
 
 def build_prompt(query: str, passages: list[str]) -> str:

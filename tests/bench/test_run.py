@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from typer.testing import CliRunner
 
 
@@ -103,8 +104,34 @@ def test_every_section_runs_at_tiny_sizes_and_prints_its_table(tmp_path, samelan
         assert table[0][0].startswith(first) and bare[0][1:] == [h.split(" (")[0] for h in head], (name, table[0])
         assert [r[0] for r in bare[1:]] == [r.split(" (")[0] for r in rows], (name, table)
         assert all(len(r) == len(table[0]) for r in table), (name, table)
-        if name == "memory":  # served from ONNX, without the generator, the server never imports torch
-            assert table[1][table[0].index("torch imported")] == "no", table
+        if name == "memory":  # served from ONNX and llama.cpp, the server never imports torch
+            assert all(r[table[0].index("torch imported")] == "no" for r in table[1:]), table
         if name in ("http", "soak"):
             errors = table[0].index("errors")
             assert all(r[errors] == "0" for r in table[1:]), (name, table)
+
+
+@pytest.mark.slow
+def test_peers_section_runs_infinity_in_its_own_venv(tmp_path, samelang_home):
+    """``samelang bench --tiny --section peers``: installs infinity-emb into its own venv (once, ~3 min),
+    runs its torch and ONNX engines on the served model beside ours, and they agree with our fp32
+    vectors (the same model: a peer that embedded something else would be a wrong comparison)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "SAMELANG_HOME": str(samelang_home)}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(repo), os.environ.get("PYTHONPATH")) if p)
+    cmd = [sys.executable, "-m", "samelang", "bench", "--tiny", "--section", "peers", "--out", str(tmp_path)]
+    proc = subprocess.run(cmd, env=env, cwd=repo, capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    table = first_table(proc.stdout.split("## peers", 1)[1])
+    assert table[0][1:] == ["passages/s", "vs best peer", "1 query ms (median)", "min cosine vs our fp32"]
+    rows = {r[0].split(" (")[0].replace(" **served**", ""): r for r in table[1:]}
+    assert {"samelang engine fp32", "infinity-emb 0.0.78, torch engine", "infinity-emb 0.0.78, optimum engine"} <= set(
+        rows
+    )
+    for name, row in rows.items():
+        if name.startswith("infinity") or name == "samelang engine fp32":
+            assert float(row[4]) >= 0.999, (name, row)

@@ -40,15 +40,16 @@ class Embeddings:
     gold: np.ndarray  # (374,) paragraph index of each test question (same in every language)
 
 
-def embed_xquad(encoder, cache_dir: Path | None = None, langs=XQUAD_LANGS) -> Embeddings:
-    """Embed every paragraph and every test question (cached by the model's fingerprint and, past
-    fp32, its precision)."""
+def embed_xquad(encoder, cache_dir: Path | None = None, langs=XQUAD_LANGS, split: str = "test") -> Embeddings:
+    """Embed every paragraph and every question of ``split``'s articles (cached by the model's
+    fingerprint and, past fp32, its precision). ``split="train"`` is for choices (precision, fusion
+    weights): the test articles judge, they never select."""
     precision = getattr(encoder, "precision", "fp32")
-    tag = "" if precision == "fp32" else f":{precision}"
+    tag = ("" if precision == "fp32" else f":{precision}") + ("" if split == "test" else f":{split}")
     key = hashlib.sha256(f"{encoder.fingerprint}:{','.join(langs)}:v1{tag}".encode()).hexdigest()[:20]
     cache = Path(cache_dir) / f"xquad-emb-{key}.npz" if cache_dir else None
     index_of = {p.group: i for i, p in enumerate(load_xquad(["en"]).paragraphs)}
-    gold = np.array([index_of[q.group] for q in load_xquad(["en"], split="test").questions])
+    gold = np.array([index_of[q.group] for q in load_xquad(["en"], split=split).questions])
     if cache and cache.exists():
         z = np.load(cache)
         return Embeddings({x: z[f"p_{x}"] for x in langs}, {x: z[f"q_{x}"] for x in langs}, gold)
@@ -58,7 +59,7 @@ def embed_xquad(encoder, cache_dir: Path | None = None, langs=XQUAD_LANGS) -> Em
     for lang in tqdm(langs, desc="embedding XQuAD", unit="lang"):
         full = load_xquad([lang])
         P[lang] = encoder.encode_passages([p.text for p in full.paragraphs])
-        Q[lang] = encoder.encode_queries([q.text for q in load_xquad([lang], split="test").questions])
+        Q[lang] = encoder.encode_queries([q.text for q in load_xquad([lang], split=split).questions])
     if cache:
         import io
 

@@ -1,11 +1,14 @@
 """Which precision to serve: quality against fp32 on the eval tables, and speed, side by side.
 
-The rule (issue 6): the default precision of a model is the fastest one whose loss against fp32 is
-at most ``tolerance`` points on every metric of its eval table: Max@R_norm average and Mono-Same
-nDCG@10 for the bi-encoder; oracle nDCG@1 and Mono-Same nDCG@10 for the reranker (the seed-002
-slice of ``max_questions`` test questions per language). The choice and the table go into the
-model folder's inference record (read by ``precision=auto``; :mod:`service.models.folder`) and
-its card.
+The rule (issues 6, 17): the default precision of a model on a class of CPU (:func:`cpu_class`) is
+the fastest one whose loss against fp32 is at most ``tolerance`` points on every metric of its eval
+table, measured on a machine of that class: Max@R_norm average and Mono-Same nDCG@10 for the
+bi-encoder; oracle nDCG@1 and Mono-Same nDCG@10 for the reranker (the seed-002 slice of
+``max_questions`` questions per language). A choice, so the questions are the TRAIN articles' (the
+test articles judge the served pipeline, they never select). The choice and the table go into the
+model folder's inference record under ``cpu:<class>`` (read by ``precision=auto``;
+:mod:`service.models.folder`) and its card; the base model's record ships in
+``models/multilingual-e5-small/`` since its folder is converted on each machine.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from .common import EvalOptions, Report
 
 BIENCODER_METRICS = ("max_r_norm", "mono_same_ndcg10")
 RERANKER_METRICS = ("oracle_ndcg_at_1", "mono_same_ndcg10")
+SPLIT = "train"  # what choices are made on
 
 
 def median_time(fn, repeats: int) -> float:
@@ -96,13 +100,21 @@ def markdown(rows: list[dict], metrics: tuple[str, ...], speed_key: str, chosen:
     return "\n".join(lines)
 
 
-def write_inference_card(model_dir: Path, rows: list[dict], chosen: str, note: str, device: str = "cpu") -> None:
-    """Record the choice for ``device`` ("cpu" or "cuda") in the model folder's inference record
-    (what ``precision=auto`` reads), keeping the other device's; the card section is written by the
-    caller."""
-    from service.models.folder import record_precision
+def write_inference_card(model_dir: Path, rows: list[dict], chosen: str, note: str, device: str) -> list[Path]:
+    """Record the choice for ``device`` (``cuda`` / ``cpu:<class>``) in the model folder's inference
+    record (what ``precision=auto`` reads), keeping the other devices'; for the base model, whose
+    folder is converted under $SAMELANG_HOME on each machine, also in the record the repository
+    ships (``models/multilingual-e5-small/``). The folders written (the caller writes their cards)."""
+    from service.models.base_model import BASE_MODEL_NAME
+    from service.models.folder import SHIPPED_RECORDS, record_precision
 
-    record_precision(model_dir, device, chosen, rows, note)
+    folders = [Path(model_dir)]
+    if Path(model_dir).name == BASE_MODEL_NAME and Path(model_dir).resolve() != SHIPPED_RECORDS / BASE_MODEL_NAME:
+        folders.append(SHIPPED_RECORDS / BASE_MODEL_NAME)
+        folders[-1].mkdir(exist_ok=True)
+    for folder in folders:
+        record_precision(folder, device, chosen, rows, note, model=model_dir)
+    return folders
 
 
 def device_name(device: str) -> str:
@@ -149,12 +161,13 @@ class PrecisionEvaluation:
 
     def __init__(self, options: PrecisionEvalOptions, log=print):
         from service.config import settings
-        from service.models.engine import cpu_has_bf16
+        from service.models.engine import cpu_has_bf16, precision_device
         from service.models.registry import default_biencoder, default_cross_encoder
 
         self.options, self.log, self.cfg = options, log, settings(home=options.home)
         self.device = self.cfg.torch_device()
         self.on_gpu = self.device.startswith("cuda")
+        self.record_key = precision_device(self.device)  # cuda, or cpu:<this CPU's class>
         alternatives = ["bf16", "fp16"] if self.on_gpu else ["int8"] + (["bf16"] if cpu_has_bf16() else [])
         self.precisions = list(dict.fromkeys(["fp32", *(options.precision or alternatives)]))
         self.biencoder = Path(options.biencoder or default_biencoder(self.cfg.home))
@@ -171,7 +184,7 @@ class PrecisionEvaluation:
         rows, emb_fp32 = [], None
         for p in self.precisions:
             enc = Encoder(self.biencoder, device=self.device, home=self.cfg.home, options=EngineOptions(precision=p))
-            emb = embed_xquad(enc, self.cfg.home / "cache")
+            emb = embed_xquad(enc, self.cfg.home / "cache", split=SPLIT)
             emb_fp32 = emb if p == "fp32" else emb_fp32
             rows.append(biencoder_row(enc, evaluate(emb), self.options.repeats))
             self.log(f"bi-encoder {p}: {rows[-1]}")
@@ -184,13 +197,13 @@ class PrecisionEvaluation:
 
         from . import reranker as ev
 
-        texts, rows = ev.load_texts(), []
+        texts, rows = ev.load_texts(split=SPLIT), []
         for p in self.precisions:
             rr = CrossEncoderReranker(
                 self.reranker, device=self.device, home=self.cfg.home, options=EngineOptions(precision=p)
             )
             scorer = ev.cached_scorer(
-                ev.cross_encoder_scorer(rr, texts), self.cfg.home / "cache", ev.score_identity(rr)
+                ev.cross_encoder_scorer(rr, texts), self.cfg.home / "cache", f"{ev.score_identity(rr)}|{SPLIT}"
             )
             result = ev.evaluate_reranker(scorer, emb_fp32, self.options.max_questions)
             rows.append(reranker_row(rr, result, self.options.repeats))
@@ -202,16 +215,18 @@ class PrecisionEvaluation:
         o = self.options
         where = device_name(self.device) if self.on_gpu else cpu_model()
         return (
-            f"Measured on {where} ({self.cfg.threads or 'all'} threads): speed = median of {o.repeats} runs over "
-            "the first 64 English test paragraphs (bi-encoder) or one query x 20 paragraphs (reranker); quality on "
-            f"the XQuAD test articles (reranker: {o.max_questions} questions per language, candidates from the fp32 "
-            f"retriever). Default = the fastest precision within {o.tolerance} points of fp32 on every metric. "
-            "Command: `samelang eval precision --card`."
+            f"Measured on {where} (class {self.record_key}; {self.cfg.threads or 'all'} threads): speed = median of "
+            f"{o.repeats} runs over the first 64 English test paragraphs (bi-encoder) or one query x 20 paragraphs "
+            "(reranker); quality on the XQuAD TRAIN articles' questions over the 12-language pool (a choice: the test "
+            f"articles never select; reranker: {o.max_questions} questions per language, candidates from the fp32 "
+            f"retriever). Default on this class of CPU = the fastest precision within {o.tolerance} points of fp32 on "
+            "every metric. Command: `samelang eval precision --card` on a machine of the class."
         )
 
     def run(self) -> Report:
         tol = self.options.tolerance
-        data: dict = {"cpu": cpu_model(), "biencoder": str(self.biencoder), "reranker": str(self.reranker)}
+        data: dict = {"cpu": cpu_model(), "record_key": self.record_key, "split": SPLIT,
+                      "biencoder": str(self.biencoder), "reranker": str(self.reranker)}  # fmt: skip
         sections = {}
         rows, emb_fp32 = self._biencoder_rows()
         chosen = choose(rows, BIENCODER_METRICS, "passages_per_s", tol)["precision"]
@@ -227,9 +242,8 @@ class PrecisionEvaluation:
         report = Report(text, data)
         report.write(self.options.out)
         if self.options.card:
-            device = "cuda" if self.on_gpu else "cpu"
             for path, (rows, chosen, table) in sections.items():
-                write_inference_card(path, rows, chosen, how, device)
-                heading = PRECISION_HEADING + (" on GPU" if self.on_gpu else "")
-                write_card_section(path, heading, f"{table}\n\n{how}\n")
+                heading = f"{PRECISION_HEADING} ({self.record_key})"
+                for folder in write_inference_card(path, rows, chosen, how, self.record_key):
+                    write_card_section(folder, heading, f"{table}\n\n{how}\n")
         return report

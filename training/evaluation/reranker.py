@@ -57,10 +57,11 @@ class Texts:
     questions: dict[str, list[str]]  # lang -> test questions
 
 
-def load_texts(langs=XQUAD_LANGS) -> Texts:
+def load_texts(langs=XQUAD_LANGS, split: str = "test") -> Texts:
+    """Every paragraph of the pool and the questions of ``split``'s articles (as :func:`embed_xquad`)."""
     return Texts(
         {x: [p.text for p in load_xquad([x]).paragraphs] for x in langs},
-        {x: [q.text for q in load_xquad([x], split="test").questions] for x in langs},
+        {x: [q.text for q in load_xquad([x], split=split).questions] for x in langs},
     )
 
 

@@ -1,5 +1,6 @@
-"""/answer end to end: the embedded generator, the OpenAI-compatible client against a
-real HTTP server (serving the same embedded generator), retries, timeouts and 503s."""
+"""/answer end to end: the embedded generator (llama.cpp), the OpenAI-compatible client against a
+real HTTP server (serving the same embedded generator), retries, timeouts and 503s, and prompts
+fitted to the generator's context."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from fastapi import FastAPI
 from pydantic import BaseModel
 
 from indexes.corpora import load_xquad
-from service.models.generation import GeneratorUnavailable, OpenAIGenerator, TransformersGenerator
+from service.models.generation import GeneratorUnavailable, LlamaCppGenerator, OpenAIGenerator
 from tests.service.conftest import free_port, make_app, running
 
 
@@ -19,7 +20,7 @@ from tests.service.conftest import free_port, make_app, running
 def gemma(samelang_home):
     from service.models.gemma_checkpoint import prepare_generator
 
-    return TransformersGenerator(prepare_generator(samelang_home))
+    return LlamaCppGenerator(prepare_generator(samelang_home))
 
 
 class Completion(BaseModel):
@@ -29,7 +30,7 @@ class Completion(BaseModel):
     temperature: float = 0.0
 
 
-def openai_stub(gen: TransformersGenerator, fail_first: int = 0, hold: threading.Event | None = None):
+def openai_stub(gen: LlamaCppGenerator, fail_first: int = 0, hold: threading.Event | None = None):
     """A minimal OpenAI-compatible /v1/completions server over the embedded generator; with ``hold``
     each request waits until the event is set (a server that does not answer in time), and
     ``state.answered`` counts the requests that got past it."""
@@ -67,7 +68,7 @@ def test_answer_with_the_embedded_generator(service_settings, pipeline, gemma):
         r = httpx.post(f"{url}/answer", json={"query": q.text, "k": 10, "rerank_k": 10}, timeout=300)
     assert r.status_code == 200, r.text
     body = r.json()
-    assert body["generator"] == "transformers:gemma-3-270m" and body["query_lang"] == "zh"
+    assert body["generator"] == "llama.cpp:gemma-3-270m" and body["query_lang"] == "zh"
     assert body["answer"] and "\n" not in body["answer"]
     # among equivalent documents the reader's language comes first, and no group is cited twice
     assert body["passages"][0]["lang"] == "zh" and body["passages"][0]["group"] == q.group
@@ -121,3 +122,27 @@ def test_answer_without_generator_returns_passages(client):
     r = client.post("/answer", json={"query": zh_question().text})
     assert r.status_code == 200
     assert r.json()["answer"] is None and r.json()["generator"] == "none" and len(r.json()["passages"]) == 2
+
+
+def test_prompt_fits_the_generator_context(gemma):
+    # a small context: three passages do not fit, the last ones are dropped; a lone passage too long is cut
+    from types import SimpleNamespace
+
+    from service.pipeline import fit_prompt
+
+    small = LlamaCppGenerator(gemma.path, n_ctx=256)
+    paragraphs = [p for p in load_xquad(["en"], split="test").paragraphs][:3]
+    hits = [SimpleNamespace(doc=SimpleNamespace(text=p.text)) for p in paragraphs]
+    assert all(small.count_tokens(p.text) > 100 for p in paragraphs)
+    kept, prompt = fit_prompt(small, "Who?", hits, max_tokens=16)
+    assert 1 <= len(kept) < 3 and small.count_tokens(prompt) + 16 <= 256
+    assert prompt.startswith(paragraphs[0].text[:200]) and prompt.endswith("Question: Who?\nAnswer:")
+    long = [SimpleNamespace(doc=SimpleNamespace(text=" ".join(p.text for p in paragraphs)))]
+    kept, prompt = fit_prompt(small, "Who?", long, max_tokens=16)
+    assert len(kept) == 1 and small.count_tokens(prompt) + 16 <= 256
+    assert prompt.startswith(paragraphs[0].text[:100]) and prompt.endswith("Question: Who?\nAnswer:")
+    # the generator answers within that context
+    assert isinstance(small.generate(prompt, 16), str)
+    # a remote generator (no context limit known here) gets every passage
+    kept, prompt = fit_prompt(object(), "Who?", hits, max_tokens=16)
+    assert len(kept) == 3

@@ -68,6 +68,7 @@ def test_the_shipped_lamar_reranker_serves_rerank(service_settings):
     language comes first, both above an unrelated one; giving it turns reranking on for /search.
     ``--reranker cosine`` selects the bi-encoder fallback."""
     from service.api.app import create_app
+    from service.models.engine import precision_device
     from service.models.folder import recorded_precision
     from service.models.registry import LAMAR_RERANKER
 
@@ -78,7 +79,7 @@ def test_the_shipped_lamar_reranker_serves_rerank(service_settings):
         info = c.get("/info").json()["reranker"]
         assert (info["name"], info["kind"]) == ("lamar-e5-small", "cross-encoder")
         # precision auto: what the model's inference card chose (samelang eval precision)
-        assert info["precision"] == recorded_precision(LAMAR_RERANKER, "cpu")
+        assert info["precision"] == (recorded_precision(LAMAR_RERANKER, precision_device("cpu")) or "fp32")
         body = c.post("/rerank", json={"query": query, "documents": docs}).json()
         assert body["reranker"] == "lamar-e5-small"
         assert [r["index"] for r in body["results"]] == [1, 0, 2]

@@ -7,7 +7,7 @@ import json
 import logging
 
 from service.models import folder
-from service.models.engine import EngineOptions, resolve
+from service.models.engine import EngineOptions, cpu_class, precision_device, resolve
 from service.models.registry import ALIGNED_BIENCODER, LAMAR_RERANKER
 
 EVAL = "## Evaluation (XQuAD test articles)"
@@ -64,14 +64,18 @@ def test_base_model_is_a_full_checkpoint(base_model_path):
 
 
 def test_inference_record_round_trip(tmp_path):
-    assert folder.read_inference(tmp_path) == {} and folder.recorded_precision(tmp_path, "cpu") is None
+    here = precision_device("cpu")  # cpu:<this machine's class>
+    other = "cpu:x86-avx2" if here != "cpu:x86-avx2" else "cpu:x86-amx"
+    assert folder.read_inference(tmp_path) == {} and folder.recorded_precision(tmp_path, here) is None
     rows = [{"precision": "fp32"}, {"precision": "int8"}]
-    folder.record_precision(tmp_path, "cpu", "int8", rows, "cpu note")
+    folder.record_precision(tmp_path, other, "int8", rows, "other note")
+    assert resolve(EngineOptions(), "cpu", tmp_path).precision == "fp32"  # measured on another class: not here
+    folder.record_precision(tmp_path, here, "int8", rows, "cpu note")
     folder.record_precision(tmp_path, "cuda", "bf16", rows[:1], "gpu note")
     record = folder.read_inference(tmp_path)
-    assert record["default_precision"] == {"cpu": "int8", "cuda": "bf16"}
-    assert record["comparison"] == {"cpu": rows, "cuda": rows[:1]}
-    assert record["note"] == {"cpu": "cpu note", "cuda": "gpu note"}
+    assert record["default_precision"] == {other: "int8", here: "int8", "cuda": "bf16"}
+    assert record["comparison"] == {other: rows, here: rows, "cuda": rows[:1]}
+    assert record["note"] == {other: "other note", here: "cpu note", "cuda": "gpu note"}
     assert folder.recorded_precision(tmp_path, "cuda") == "bf16"
     assert resolve(EngineOptions(), "cpu", tmp_path).precision == "int8"  # what precision=auto reads
 
@@ -81,8 +85,33 @@ def test_inference_record_upgrades_the_first_format(tmp_path):
     (tmp_path / folder.INFERENCE).write_text(json.dumps(first))
     folder.record_precision(tmp_path, "cuda", "fp16", [], "new")
     record = folder.read_inference(tmp_path)
-    assert record["comparison"] == {"cpu": [{"precision": "fp32"}], "cuda": []}
-    assert record["note"] == {"cpu": "old", "cuda": "new"}
+    assert record["default_precision"] == {"cpu:x86-avx2": "fp32", "cuda": "fp16"}  # measured on an AVX2 EPYC
+    assert record["comparison"] == {"cpu:x86-avx2": [{"precision": "fp32"}], "cuda": []}
+    assert record["note"] == {"cpu:x86-avx2": "old", "cuda": "new"}
+
+
+def test_a_shipped_record_holds_only_for_the_model_it_names(tmp_path, monkeypatch, base_model_path):
+    """The base model is converted under $SAMELANG_HOME on each machine; its record ships in models/."""
+    shipped = tmp_path / "shipped"
+    (shipped / base_model_path.name).mkdir(parents=True)
+    record = {
+        "default_precision": {precision_device("cpu"): "int8"},
+        "fingerprint": folder.model_fingerprint(base_model_path),
+    }
+    (shipped / base_model_path.name / folder.INFERENCE).write_text(json.dumps(record))
+    monkeypatch.setattr(folder, "SHIPPED_RECORDS", shipped)
+    assert folder.recorded_precision(base_model_path, precision_device("cpu")) == "int8"
+    record["fingerprint"] = "another model"
+    (shipped / base_model_path.name / folder.INFERENCE).write_text(json.dumps(record))
+    assert folder.recorded_precision(base_model_path, precision_device("cpu")) is None
+
+
+def test_cpu_classes():
+    assert cpu_class({"avx2", "avx512f", "avx512_vnni", "amx_int8", "amx_tile", "amx_bf16"}) == "x86-amx"
+    assert cpu_class({"avx2", "avx512f", "avx512_vnni", "avx512_bf16"}) == "x86-avx512-vnni"
+    assert cpu_class({"avx2", "avx_vnni"}) == "x86-avx-vnni"
+    assert cpu_class({"avx2", "fma"}) == "x86-avx2"  # the AMD EPYC the first records were measured on
+    assert precision_device("cuda:0") == "cuda" and precision_device("cpu").startswith("cpu:")
 
 
 REPORT = (
