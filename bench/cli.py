@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-SECTIONS = ("build", "scale", "embed", "rerank", "http", "memory")
+SECTIONS = ("build", "scale", "embed", "rerank", "http", "memory", "peers")
 ON_REQUEST = ("soak",)  # run only when named
 
 

@@ -12,7 +12,9 @@ timed in alternation within each repetition, so machine noise hits both alike):
 5. ``scale``: Flat vs HNSW vs IVF at 10k/100k(/1M) vectors grown from the index's real embeddings;
 6. ``memory``: resident memory of ``samelang serve`` per component (``/info``), with and without the
    embedded generator, after a fixed round of traffic;
-7. ``soak`` (only when asked): 10 minutes of mixed traffic, errors and server RSS drift.
+7. ``peers``: our engine vs infinity-emb's torch and ONNX engines on the same model and texts (each
+   peer in its own venv and process, :mod:`bench.peers`): passages/s, one-query latency, agreement;
+8. ``soak`` (only when asked): 10 minutes of mixed traffic, errors and server RSS drift.
 
 ``tiny`` (``--tiny``) shrinks every section to a handful of inputs and the one-language demo index,
 so that a test can run each section end to end and check its table: it measures nothing.
@@ -39,7 +41,7 @@ from service.models.engine import cpu_flags, cpu_has_bf16
 class BenchConfig:
     quick: bool = False
     tiny: bool = False  # smoke-test sizes: every section runs end to end in seconds; its numbers mean nothing
-    sections: tuple[str, ...] = ("build", "scale", "embed", "rerank", "http", "memory")
+    sections: tuple[str, ...] = ("build", "scale", "embed", "rerank", "http", "memory", "peers")
     repeats: int = 5
     home: Path | None = None
     out: Path = Path("runs/bench")
@@ -256,7 +258,7 @@ def bench_memory(cfg: BenchConfig) -> str:
     langs = [TINY_LANGS] if cfg.tiny else ["en", "ar", "de", "el", "es", "hi", "ro", "ru", "th", "tr", "vi", "zh"]
     answers = [load_xquad([lang], split="test").questions[0].text for lang in langs]
     rows = []
-    for generator in ("none", "transformers"):
+    for generator in ("none", "llamacpp"):
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         env = {**os.environ, **({"SAMELANG_HOME": str(cfg.home)} if cfg.home else {})}
@@ -394,6 +396,10 @@ def run(cfg: BenchConfig) -> str:
             text = bench_http(cfg)
         elif name == "memory":
             text = bench_memory(cfg)
+        elif name == "peers":
+            from .peers import bench_peers
+
+            text = bench_peers(cfg, _table)
         elif name == "soak":
             text = bench_soak(cfg)
         else:

@@ -540,7 +540,8 @@ def fit_prompt(generator, query: str, cited: list, max_tokens: int) -> tuple[lis
         texts.pop()
         prompt = build_prompt(query, texts)
     if not fits(prompt, max_tokens):
-        spare = generator.n_ctx - max_tokens - generator.count_tokens(build_prompt(query, [""]))
+        # 8 tokens of slack: a cut text can tokenise a little differently where it meets the question
+        spare = generator.n_ctx - max_tokens - generator.count_tokens(build_prompt(query, [""])) - 8
         if spare < 1:
             raise BadRequest("query", f"the question and max_tokens leave no room in the generator's context "
                              f"({generator.n_ctx} tokens, --generator-ctx)")  # fmt: skip

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from service.models.engine import EngineOptions, resolve
+from service.models.engine import EngineOptions, precision_device, resolve
 from training.evaluation.precision import BIENCODER_METRICS, choose, markdown, write_inference_card
 
 
@@ -31,15 +31,26 @@ def test_fastest_within_tolerance_wins_and_fp32_is_always_admissible():
     assert "**fp32** (default)" in table and "+0.31" in table
 
 
+def test_on_a_cpu_only_onnx_precisions_are_served():
+    """bf16 runs on torch: serving it would bring torch and a second copy of the weights into the
+    server, so on a CPU it is measured and shown but never chosen; on a GPU it is."""
+    r = rows(0.0) + [dict(rows(0.0)[1], precision="bf16", backend="torch", passages_per_s=3.0)]
+    assert choose(r, BIENCODER_METRICS, "passages_per_s")["precision"] == "int8"
+    assert [x["servable"] for x in r] == [True, True, False]
+    assert "bf16 (not served on CPU: torch)" in markdown(r, BIENCODER_METRICS, "passages_per_s", "int8")
+    assert choose(r, BIENCODER_METRICS, "passages_per_s", on_gpu=True)["precision"] == "bf16"
+
+
 def test_each_device_keeps_its_own_choice(tmp_path):
     cpu_rows = rows(0.1)
     choose(cpu_rows, BIENCODER_METRICS, "passages_per_s")
-    write_inference_card(tmp_path, cpu_rows, "int8", "cpu note", "cpu")
+    here = precision_device("cpu")
+    write_inference_card(tmp_path, cpu_rows, "int8", "cpu note", here)
     gpu_rows = [dict(r, precision=p) for r, p in zip(rows(0.0), ("fp32", "bf16"))]
     choose(gpu_rows, BIENCODER_METRICS, "passages_per_s")
     write_inference_card(tmp_path, gpu_rows, "bf16", "gpu note", "cuda")
     card = json.loads((tmp_path / "inference.json").read_text())
-    assert card["default_precision"] == {"cpu": "int8", "cuda": "bf16"}
-    assert set(card["comparison"]) == {"cpu", "cuda"} and card["note"]["cpu"] == "cpu note"
+    assert card["default_precision"] == {here: "int8", "cuda": "bf16"}
+    assert set(card["comparison"]) == {here, "cuda"} and card["note"][here] == "cpu note"
     assert resolve(EngineOptions(), "cpu", tmp_path).precision == "int8"
     assert resolve(EngineOptions(), "cuda", tmp_path).precision == "bf16"

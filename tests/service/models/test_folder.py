@@ -92,18 +92,23 @@ def test_inference_record_upgrades_the_first_format(tmp_path):
 
 def test_a_shipped_record_holds_only_for_the_model_it_names(tmp_path, monkeypatch, base_model_path):
     """The base model is converted under $SAMELANG_HOME on each machine; its record ships in models/."""
+    import shutil
+
+    converted = tmp_path / "home" / base_model_path.name  # a converted folder without a record of its own
+    converted.mkdir(parents=True)
+    shutil.copy(base_model_path / "samelang_manifest.json", converted)
     shipped = tmp_path / "shipped"
-    (shipped / base_model_path.name).mkdir(parents=True)
+    (shipped / converted.name).mkdir(parents=True)
     record = {
         "default_precision": {precision_device("cpu"): "int8"},
-        "fingerprint": folder.model_fingerprint(base_model_path),
+        "fingerprint": folder.model_fingerprint(converted),
     }
-    (shipped / base_model_path.name / folder.INFERENCE).write_text(json.dumps(record))
+    (shipped / converted.name / folder.INFERENCE).write_text(json.dumps(record))
     monkeypatch.setattr(folder, "SHIPPED_RECORDS", shipped)
-    assert folder.recorded_precision(base_model_path, precision_device("cpu")) == "int8"
+    assert folder.recorded_precision(converted, precision_device("cpu")) == "int8"
     record["fingerprint"] = "another model"
-    (shipped / base_model_path.name / folder.INFERENCE).write_text(json.dumps(record))
-    assert folder.recorded_precision(base_model_path, precision_device("cpu")) is None
+    (shipped / converted.name / folder.INFERENCE).write_text(json.dumps(record))
+    assert folder.recorded_precision(converted, precision_device("cpu")) is None
 
 
 def test_cpu_classes():
