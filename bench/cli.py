@@ -19,7 +19,9 @@ def bench(
     repeats: int = typer.Option(None, help="Timed repetitions per measurement (default 5, --quick 3)."),
     soak_seconds: float = typer.Option(600, help="Length of the soak section (--section soak), seconds."),
     out: Path = typer.Option(Path("runs/bench"), envvar="SAMELANG_BENCH_OUT", help="bench.md and the server log."),
-    flops_per_cycle: int = typer.Option(32, help="fp32 FLOP per cycle per core, for the %-of-peak column."),
+    flops_per_cycle: int = typer.Option(
+        None, help="fp32 FLOP per cycle per core, for the %-of-peak column (default: 64 with AVX-512, else 32)."
+    ),
     home: Path = typer.Option(None, help="[env: SAMELANG_HOME]"),
 ) -> None:
     """Embedding and reranking vs sentence-transformers, HTTP load at concurrency 1/8/32, index build

@@ -45,7 +45,9 @@ class BenchConfig:
     repeats: int = 5
     home: Path | None = None
     out: Path = Path("runs/bench")
-    flops_per_cycle: int = 32  # fp32 per core: two 256-bit FMA pipes (AVX2 Zen 2-4, Skylake client)
+    # fp32 per core; None: two 256-bit FMA pipes (32: AVX2 Zen 2-4, Skylake client), or two 512-bit ones
+    # where the CPU has AVX-512 (64: Xeon Gold/Platinum class; a one-FMA AVX-512 part has 32 and is overstated)
+    flops_per_cycle: int | None = None
     soak_seconds: float = 600.0
     log: list[str] = field(default_factory=list)
 
@@ -74,7 +76,8 @@ def fp32_peak_gflops(cfg: BenchConfig) -> float:
         if line.startswith("cpu MHz"):
             mhz = float(line.split(":", 1)[1])
             break
-    return (os.cpu_count() or 1) * mhz / 1000 * cfg.flops_per_cycle
+    per_cycle = cfg.flops_per_cycle or (64 if "avx512f" in cpu_flags() else 32)
+    return (os.cpu_count() or 1) * mhz / 1000 * per_cycle
 
 
 def encoder_flops_per_token(model, seq_len: float) -> float:

@@ -34,7 +34,16 @@ def rss_mb() -> float | None:
 
 
 def peak_rss_mb() -> float:
-    """The process's peak resident set since it started, MB (``getrusage``; KB on Linux, bytes on macOS)."""
+    """The process's peak resident set since it started, MB: Linux's ``VmHWM`` (``/proc/self/status``),
+    else ``getrusage`` (KB on Linux, bytes on macOS). Why not ``getrusage`` on Linux: its ``ru_maxrss``
+    survives ``exec``, so a server started by a big process (the bench, after loading models) reports
+    its parent's size at fork as its own peak; ``VmHWM`` belongs to the new program's memory only."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 2**10, 1)
+    except (OSError, ValueError, IndexError):
+        pass
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return round(peak / (2**20 if sys.platform == "darwin" else 2**10), 1)
 
