@@ -346,7 +346,7 @@ def bench_build(cfg: BenchConfig) -> Built:
         index = open_index(Path(tmp) / "idx", enc.info)
         vectors = faiss.downcast_index(index.faiss_index.index).reconstruct_n(0, index.size)  # flat: row = id
         index.close()
-        demo = demo_index_path(cfg.home, ",".join(langs), enc.fingerprint)
+        demo = demo_index_path(cfg.home, ",".join(langs), enc.fingerprint, enc.cache_tag)
         try:
             current_generation(demo)
         except IndexNotFound:  # the en+zh build is the server's demo index: the http section need not redo it

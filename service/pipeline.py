@@ -542,11 +542,12 @@ def fit_prompt(generator, query: str, cited: list, max_tokens: int) -> tuple[lis
     if not fits(prompt, max_tokens):
         # 8 tokens of slack: a cut text can tokenise a little differently where it meets the question
         spare = generator.n_ctx - max_tokens - generator.count_tokens(build_prompt(query, [""])) - 8
-        if spare < 1:
-            raise BadRequest("query", f"the question and max_tokens leave no room in the generator's context "
-                             f"({generator.n_ctx} tokens, --generator-ctx)")  # fmt: skip
-        texts = [generator.truncate(texts[0], spare)]
-        prompt = build_prompt(query, texts)
+        if spare >= 1:
+            texts = [generator.truncate(texts[0], spare)]
+            prompt = build_prompt(query, texts)
+        if spare < 1 or not fits(prompt, max_tokens):
+            raise BadRequest("max_tokens", f"the question and max_tokens={max_tokens} leave no room for a passage in "
+                             f"the generator's context ({generator.n_ctx} tokens, --generator-ctx)")  # fmt: skip
     return cited[: len(texts)], prompt
 
 

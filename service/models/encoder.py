@@ -100,8 +100,14 @@ class Encoder:
 
     @property
     def precision(self) -> str:
-        """``fp32`` or e.g. ``int8``: what embedding caches must key on besides the fingerprint."""
+        """``fp32``, ``int8``, ...: how the engine runs the model."""
         return self.engine.precision
+
+    @property
+    def cache_tag(self) -> str:
+        """What embedding caches and indexes must key on besides the fingerprint (``int8-sq1``: the
+        precision and its quantisation recipe)."""
+        return self.engine.variant
 
     @property
     def info(self) -> ModelInfo:

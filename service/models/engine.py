@@ -226,8 +226,15 @@ class TorchBackend:
             return self.module(ids, mask).float().cpu().numpy()
 
 
+def precision_variant(precision: str) -> str:
+    """What the numbers a model gives at ``precision`` depend on besides its weights: the precision,
+    and for int8 the quantisation recipe (:data:`.quantise.RECIPE`). The key of exported graphs, and
+    of every cache of embeddings, scores or indexes made with an engine (``engine.variant``)."""
+    return f"{precision}-{RECIPE}" if precision == "int8" else precision
+
+
 def onnx_path(cache: Path, fingerprint: str, kind: str, precision: str) -> Path:
-    variant = f"{precision}-{RECIPE}" if precision == "int8" else precision  # a new int8 recipe: a new graph
+    variant = precision_variant(precision)  # a new int8 recipe: a new graph
     return Path(cache) / "onnx" / f"{fingerprint[:16]}-{kind}-{variant}-v{ONNX_FORMAT}" / "model.onnx"
 
 
@@ -402,6 +409,11 @@ class InferenceEngine:
     @property
     def precision(self) -> str:
         return self.options.precision
+
+    @property
+    def variant(self) -> str:
+        """:func:`precision_variant` of this engine: what its outputs' caches key on."""
+        return precision_variant(self.options.precision)
 
     @property
     def backend_name(self) -> str:

@@ -150,7 +150,8 @@ def read_inference(path: str | Path | None) -> dict:
     if record is None:
         shipped = _read_json(SHIPPED_RECORDS / Path(path).name / INFERENCE)
         # only for the very model it was measured on (a folder of the same name may hold another)
-        record = shipped if shipped and shipped.get("fingerprint") == _fingerprint_or_none(path) else {}
+        own = _fingerprint_or_none(path)
+        record = shipped if shipped and own is not None and shipped.get("fingerprint") == own else {}
     if isinstance(record.get("comparison"), list):
         record["comparison"] = {"cpu": record["comparison"]}
     if isinstance(record.get("note"), str):

@@ -94,7 +94,10 @@ def _activation_maxima(model, nodes, feeds: list[dict], workdir: Path) -> dict[s
     for feed in feeds:
         real = feed["attention_mask"].astype(bool)
         for name, x in zip(names, sess.run(names, feed), strict=True):
-            cur = np.abs(x[real]).max(0)
+            # token states (batch, seq, channels): real tokens only; a cross-encoder's pooler and
+            # classifier see one vector per pair (batch, channels)
+            rows = x[real] if x.ndim == 3 and x.shape[:2] == real.shape else x.reshape(-1, x.shape[-1])
+            cur = np.abs(rows).max(0)
             amax[name] = np.maximum(amax[name], cur) if name in amax else cur
     return amax
 
@@ -108,9 +111,15 @@ def smooth(src: Path, dst: Path, feeds: list[dict], alpha: float = ALPHA) -> Pat
     graph = model.graph
     inits = {t.name: t for t in graph.initializer}
     nodes = [n for n in graph.node if n.op_type in SMOOTHED_OPS and len(n.input) > 1 and n.input[1] in inits]
+    uses: dict[str, int] = {}
+    for n in graph.node:
+        for name in n.input:
+            uses[name] = uses.get(name, 0) + 1
+    nodes = [n for n in nodes if uses[n.input[1]] == 1]  # a weight two products share would be scaled twice
     with tempfile.TemporaryDirectory(prefix="samelang-smooth-") as tmp:
         amax = _activation_maxima(model, nodes, feeds, Path(tmp))
-    for n in nodes:
+    for i, n in enumerate(nodes):
+        n.name = n.name or f"smoothed_{n.op_type}_{i}"  # the new tensors are named after it
         w = numpy_helper.to_array(inits[n.input[1]]).astype(np.float32)  # (in, out): rows are input channels
         s = np.maximum(amax[n.input[0]], 1e-5) ** alpha / np.maximum(np.abs(w).max(1), 1e-5) ** (1 - alpha)
         s = np.clip(s, 1e-2, 1e2).astype(np.float32)

@@ -89,13 +89,20 @@ def default_generator_path(home: Path) -> Path:
     return generator_gguf(home)
 
 
-def demo_index_path(home: Path, langs: str, fingerprint: str) -> Path:
-    return Path(home) / "indexes" / f"xquad-{'-'.join(check_langs(langs))}-{fingerprint[:12]}"
+def demo_index_path(home: Path, langs: str, fingerprint: str, variant: str = "fp32") -> Path:
+    """Where the demo index of one encoder at one precision variant lives (an int8 index holds int8
+    passage vectors: another index, so that what is served does not depend on what ran before)."""
+    tag = "" if variant == "fp32" else f"-{variant}"
+    return Path(home) / "indexes" / f"xquad-{'-'.join(check_langs(langs))}-{fingerprint[:12]}{tag}"
 
 
 def default_index_path(cfg) -> Path:
+    """The demo index of the served encoder at the precision it runs here (cheap: no weights read)."""
+    from .engine import precision_variant, resolve
+
     model = cfg.model or default_biencoder(cfg.home)
-    return demo_index_path(cfg.home, cfg.demo_langs, model_fingerprint(model))
+    precision = resolve(cfg.engine_options(), cfg.torch_device(), Path(model)).precision
+    return demo_index_path(cfg.home, cfg.demo_langs, model_fingerprint(model), precision_variant(precision))
 
 
 def demo_index_ready(path: Path) -> bool:
@@ -109,7 +116,7 @@ def demo_index_ready(path: Path) -> bool:
 def ensure_demo_index(home: Path, langs: str, encoder, log=print, embed=None) -> Path:
     """Build (once) the bundled demo index: all 240 XQuAD paragraphs per language (``embed``: the
     passages' vectors when the caller has them already, by the same encoder)."""
-    out = demo_index_path(home, langs, encoder.fingerprint)
+    out = demo_index_path(home, langs, encoder.fingerprint, getattr(encoder, "cache_tag", "fp32"))
     if demo_index_ready(out):
         return out
     if out.exists():

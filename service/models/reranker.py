@@ -72,8 +72,13 @@ class CrossEncoderReranker:
 
     @property
     def precision(self) -> str:
-        """``fp32`` or e.g. ``int8``: what score caches must key on besides the fingerprint."""
+        """``fp32``, ``int8``, ...: how the engine runs the model."""
         return self.engine.precision
+
+    @property
+    def cache_tag(self) -> str:
+        """What score caches must key on besides the fingerprint (precision and quantisation recipe)."""
+        return self.engine.variant
 
     def score_pairs(self, pairs: list[tuple[str, str]], progress: bool = False) -> np.ndarray:
         """Scores of (query, document) pairs; the service's micro-batcher (:mod:`service.batching`)

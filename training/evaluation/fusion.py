@@ -84,7 +84,7 @@ class FusionTuning:
 
     def _query_vectors(self, encoder, qs: dict, cache: Path) -> dict[str, np.ndarray]:
         texts = [q.text for x in XQUAD_LANGS for q in qs[x]]
-        ident = f"{encoder.fingerprint}:{encoder.precision}:v1\0" + "\0".join(texts)
+        ident = f"{encoder.fingerprint}:{encoder.cache_tag}:v1\0" + "\0".join(texts)
         key = hashlib.sha256(ident.encode()).hexdigest()[:20]
         flat = cached_array(
             cache / f"xquad-train-queries-{key}.npy", lambda: encoder.encode_queries(texts, progress=True)

@@ -57,3 +57,13 @@ def test_the_lamar_reranker_scores_a_relevant_pair_above_irrelevant_ones(samelan
     scores = rr.score(query, [EN, DE, *UNRELATED])
     assert scores.shape == (5,) and ((scores > 0) & (scores < 1)).all()  # sigmoid probabilities
     assert min(scores[:2]) > max(scores[2:]), scores  # both languages' answer above every unrelated text
+
+
+def test_an_int8_encoder_gets_its_own_demo_index(samelang_home):
+    """An index holds passage vectors of one precision variant: switching precision builds another
+    index rather than mixing int8 queries with fp32 passages depending on what ran first."""
+    from service.models.registry import demo_index_path
+
+    fp32 = demo_index_path(samelang_home, "en,zh", "f" * 64)
+    assert demo_index_path(samelang_home, "en,zh", "f" * 64, "fp32") == fp32
+    assert demo_index_path(samelang_home, "en,zh", "f" * 64, "int8-sq1") == fp32.with_name(fp32.name + "-int8-sq1")
