@@ -21,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
+from indexes.vectors import normalise
+
 INFINITY = "infinity-emb==0.0.78"
 # what infinity-emb 0.0.78 runs with (found by installing it here): the local CPU torch; an optimum that
 # still has its ONNX Runtime models and BetterTransformer (optimum 2 dropped both), whose import needs
@@ -113,19 +115,15 @@ def _last_error(log: Path) -> str | None:
     return (ours or errors or [None])[-1]
 
 
-def _normalised(v: np.ndarray) -> np.ndarray:
-    return v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
-
-
 def _measure(ours: dict, peers: dict, passages, queries, prompts, ref_p, repeats: int):
     """Per engine: passage-batch seconds (alternating rounds), one-query seconds, min cosine vs ``ref_p``."""
     p_prompt, q_prompt = prompts
     agree = {}
     for name, enc in ours.items():
-        agree[name] = float((_normalised(enc.encode_passages(passages)) * ref_p).sum(1).min())
+        agree[name] = float((normalise(enc.encode_passages(passages)) * ref_p).sum(1).min())
     for name, peer in peers.items():
         _, v = peer.embed([p_prompt + t for t in passages], vectors=True)
-        agree[name] = float((_normalised(v) * ref_p).sum(1).min())
+        agree[name] = float((normalise(v) * ref_p).sum(1).min())
     batch: dict[str, list[float]] = {k: [] for k in [*ours, *peers]}
     single: dict[str, list[float]] = {k: [] for k in batch}
     for _ in range(repeats):  # alternating rounds
@@ -162,7 +160,7 @@ def bench_peers(cfg, table) -> str:
     served = resolve(EngineOptions(), "cpu", path).precision
     fp32 = ours["fp32"]
     p_prompt, q_prompt = fp32._passage_prompt, fp32._query_prompt
-    ref_p = _normalised(fp32.encode_passages(passages))
+    ref_p = normalise(fp32.encode_passages(passages))
     home = cfg.home or Path(os.environ.get("SAMELANG_HOME", Path.home() / ".cache" / "samelang"))
     venv, model = peer_venv(home), peer_model(path, home)
     peers, failed = {}, {}
