@@ -111,9 +111,38 @@ def load(
     requests: int,
     timeout: float = 120.0,
     headers: dict | None = None,
+    server_pid: int | None = None,
 ) -> dict:
-    """`run_load` for callers without an event loop."""
-    return asyncio.run(run_load(base_url, path, payloads, concurrency, requests, timeout, headers))
+    """`run_load` for callers without an event loop; with `server_pid` (a local server) the row also
+    holds the CPU time per request of the server (all its threads) and of this load generator, which
+    says whether a throughput is bound by the cores (CPU per request x req/s = the cores in use) or by
+    waiting."""
+    server0, client0 = process_cpu_s(server_pid), _self_cpu_s()
+    row = asyncio.run(run_load(base_url, path, payloads, concurrency, requests, timeout, headers))
+    server1, client1 = process_cpu_s(server_pid), _self_cpu_s()
+    if server0 is not None and server1 is not None:
+        row["server_cpu_ms"] = 1e3 * (server1 - server0) / requests
+    row["client_cpu_ms"] = 1e3 * (client1 - client0) / requests
+    return row
+
+
+def process_cpu_s(pid: int | None) -> float | None:
+    """User + system CPU seconds of process `pid` so far (all threads), from /proc; None elsewhere."""
+    if pid is None:
+        return None
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _self_cpu_s() -> float:
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 
 
 def free_port() -> int:
@@ -220,14 +249,16 @@ def format_http_table(rows: list[dict]) -> str:
     """Markdown table of `run_load` results; "x vs c=1" is throughput over the same route's concurrency-1 row."""
     base = {r["path"]: r["throughput_rps"] for r in rows if r["concurrency"] == 1}
     lines = [
-        "| route | concurrency | requests | errors | p50 ms | p95 ms | p99 ms | req/s | x vs c=1 |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| route | concurrency | requests | errors | p50 ms | p95 ms | p99 ms | req/s | x vs c=1 "
+        "| server CPU ms/req | client CPU ms/req |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         b = base.get(r["path"])
         ratio = f"{r['throughput_rps'] / b:.2f}" if b else "–"
         lines.append(
             f"| {r['path']} | {r['concurrency']} | {r['requests']} | {r['errors']} | {_fmt(r['p50_ms'])} "
-            f"| {_fmt(r['p95_ms'])} | {_fmt(r['p99_ms'])} | {r['throughput_rps']:.1f} | {ratio} |"
+            f"| {_fmt(r['p95_ms'])} | {_fmt(r['p99_ms'])} | {r['throughput_rps']:.1f} | {ratio} "
+            f"| {_fmt(r.get('server_cpu_ms'))} | {_fmt(r.get('client_cpu_ms'))} |"
         )
     return "\n".join(lines)

@@ -224,10 +224,11 @@ def bench_http(cfg: BenchConfig) -> str:
             "/rerank": {1: 4, 8: 8, 32: 32} if cfg.quick else {1: 10, 8: 24, 32: 64},
         }
     rows = []
-    with ServerProcess(cmd, url, log_path, env=env):
+    with ServerProcess(cmd, url, log_path, env=env) as server:
         for path, payloads in (("/search", search), ("/rerank", rerank)):
             for c, n in plan[path].items():
-                rows.append(load(url, path, payloads, concurrency=c, requests=n, timeout=600))
+                row = load(url, path, payloads, concurrency=c, requests=n, timeout=600, server_pid=server.proc.pid)
+                rows.append(row)
     from .profile import search_profile
 
     queries = [p["query"] for p in search]
@@ -239,7 +240,9 @@ def bench_http(cfg: BenchConfig) -> str:
         served = "`samelang serve --generator none` (bundled en+zh demo index, 480 paragraphs"
     return format_http_table(rows) + (
         f"\n\nServer: {served}; defaults: "
-        "micro-batching on, 2 ms window); the load generator runs on the same cores.\n\n"
+        "micro-batching on, 2 ms window); the load generator runs on the same cores. CPU ms/req: user + system "
+        "time per request of the server (all its threads) and of the load generator; their sum x req/s is the "
+        "cores in use, so a row near the machine's core count is bound by compute, not by waiting.\n\n"
         "Where a /search request's time goes (in process, same models and index, no HTTP):\n\n" + profile
     )
 

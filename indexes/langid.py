@@ -7,6 +7,7 @@ other major ones. Codes are ISO 639-1, lower case.
 
 from __future__ import annotations
 
+import re
 import threading
 from dataclasses import dataclass
 from functools import lru_cache
@@ -30,19 +31,33 @@ _SCRIPT_RANGES: tuple[tuple[str, tuple[tuple[int, int], ...]], ...] = (
 )
 
 
+_SCRIPT_PATTERNS = {
+    lang: re.compile("[" + "".join(f"\\u{lo:04x}-\\u{hi:04x}" for lo, hi in ranges) + "]")
+    for lang, ranges in _SCRIPT_RANGES
+}
+
+
 def _script_language(text: str, candidates: tuple[str, ...]) -> tuple[str, float] | None:
-    letters = [ord(c) for c in text if c.isalpha()]
-    if not letters:
+    """The language whose script holds at least half of the letters (any kana: Japanese). Counted by
+    regular expressions, in C: a paragraph costs microseconds, not the milliseconds of a Python loop
+    over its letters."""
+    n_letters = len(_LETTER.findall(text))
+    if not n_letters:
         return None
-    for lang, ranges in _SCRIPT_RANGES:
+    for lang, _ in _SCRIPT_RANGES:
         if lang not in candidates:
             continue
-        n = sum(any(lo <= cp <= hi for lo, hi in ranges) for cp in letters)
+        n = len(_SCRIPT_PATTERNS[lang].findall(text))
         if lang == "ja" and n > 0:
             return "ja", 1.0
-        if n / len(letters) >= 0.5:
-            return lang, n / len(letters)
+        if n / n_letters >= 0.5:
+            return lang, n / n_letters
     return None
+
+
+# the letters: word characters that are not decimal digits or "_" (str.isalpha's, plus the rare other
+# numerals such as "½", which no script range below holds)
+_LETTER = re.compile(r"[^\W\d_]")
 
 
 @dataclass(frozen=True)

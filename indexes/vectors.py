@@ -65,6 +65,11 @@ def set_search_params(index: faiss.Index, ef_search: int | None = None, nprobe: 
         inner.nprobe = nprobe
 
 
+def set_search_threads(n: int) -> None:
+    """FAISS's OpenMP threads for this process (searches, and builds run in it afterwards)."""
+    faiss.omp_set_num_threads(max(1, int(n)))
+
+
 def add_vectors(index: faiss.Index, vectors: np.ndarray, rows: np.ndarray) -> None:
     index.add_with_ids(normalise(vectors), np.asarray(rows, dtype=np.int64))
 

@@ -16,7 +16,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from indexes.langid import DEFAULT_DETECT_LANGS
 
 # read by the engine's own default too (service.models.engine.EngineOptions): one number
-MAX_BATCH_TOKENS = 1024
+MAX_BATCH_TOKENS = 256
+PARALLEL_BATCHES = 2
 
 
 def _default_home() -> Path:
@@ -41,8 +42,16 @@ class Settings(BaseSettings):
         "auto", description="auto: ONNX Runtime on CPU for fp32/int8 when installed, else torch"
     )
     max_batch_tokens: int = Field(
-        MAX_BATCH_TOKENS, ge=16, description="padded tokens per forward pass (CPU caches favour ~1k; GPUs ~32k)"
+        MAX_BATCH_TOKENS,
+        ge=16,
+        description="padded tokens per forward pass (CPU ~256: small batches stay in cache and fill the parallel "
+        "lanes; GPUs ~32k)",
     )
+
+    parallel_batches: int = Field(
+        PARALLEL_BATCHES, ge=1, le=64,
+        description="forward passes of one call in flight at once on ONNX Runtime (overlaps the small operators)",
+    )  # fmt: skip
 
     def torch_device(self) -> str:
         if self.device != "auto":
@@ -56,7 +65,10 @@ class Settings(BaseSettings):
     def engine_options(self):
         from .models.engine import EngineOptions
 
-        return EngineOptions(self.precision, self.backend, self.max_batch_tokens, threads=self.threads)
+        return EngineOptions(
+            self.precision, self.backend, self.max_batch_tokens, threads=self.threads,
+            parallel_batches=self.parallel_batches,
+        )  # fmt: skip
 
 
 def settings(**flags) -> Settings:
@@ -167,6 +179,11 @@ class ServiceSettings(Settings):
     api_key: str | None = Field(None, description="if set, every route but /health needs 'Authorization: Bearer <key>'")
     ef_search: int | None = Field(None, ge=1, description="HNSW search depth (approximate indexes)")
     nprobe: int | None = Field(None, ge=1, description="IVF lists probed per query (approximate indexes)")
+    search_threads: int = Field(
+        1, ge=1, le=256,
+        description="OpenMP threads of a FAISS search (1: /search asks one query at a time, and idle OpenMP "
+        "workers spin on a core the encoder needs)",
+    )  # fmt: skip
     use_gpu_index: bool = Field(True, description="move the FAISS index to GPU when faiss sees GPUs")
     micro_batching: bool = Field(True, description="gather concurrent queries / rerank pairs into one forward pass")
     batch_wait_ms: float = Field(2.0, ge=0, le=1000, description="how long a micro-batch waits for more requests")

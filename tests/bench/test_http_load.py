@@ -55,7 +55,18 @@ def test_http_table(base_url):
     rows = [load(base_url, "/ok", [{}], concurrency=c, requests=10) for c in (1, 4)]
     lines = format_http_table(rows).splitlines()
     assert len(lines) == 4
-    assert lines[2].endswith("| 1.00 |")
+    assert "| 1.00 |" in lines[2]
+    assert lines[0].endswith("| server CPU ms/req | client CPU ms/req |")
+    assert lines[2].split("|")[-3].strip() == "–"  # no server pid given: no server CPU, not a made-up 0
+
+
+def test_load_reports_cpu_per_request_of_server_and_client(base_url):
+    """Here the server is a thread of this process, so its "server" CPU holds the client's too: at
+    least the client's, and both positive (20 requests cannot cost no CPU)."""
+    import os
+
+    r = load(base_url, "/ok", [{}], concurrency=2, requests=20, server_pid=os.getpid())
+    assert r["client_cpu_ms"] > 0 and r["server_cpu_ms"] >= r["client_cpu_ms"] * 0.99
 
 
 def test_server_process_ready_then_terminated(tmp_path):

@@ -24,3 +24,25 @@ def test_mixed_script_and_empty():
     assert ident.detect("V＆A起源于哪个博览会？").lang == "zh"
     assert ident.detect("東京タワーはどこですか").lang == "ja"
     assert ident.detect("12345 !!") is None or ident.detect("12345 !!").confidence < 0.5
+
+
+@pytest.mark.parametrize("lang", ["zh", "ar", "el", "hi", "th", "en"])
+def test_script_shares_counted_by_regex_are_the_letter_by_letter_shares(lang):
+    """The script check counts with regular expressions (a paragraph in microseconds); on real
+    paragraphs it decides exactly what counting letter by letter with ``str.isalpha`` decides."""
+    from indexes.langid import _SCRIPT_RANGES, DEFAULT_DETECT_LANGS, _script_language
+
+    def by_letter(text):
+        letters = [ord(c) for c in text if c.isalpha()]
+        for code, ranges in _SCRIPT_RANGES:
+            n = sum(any(lo <= cp <= hi for lo, hi in ranges) for cp in letters)
+            if code == "ja" and n > 0:
+                return "ja"
+            if letters and n / len(letters) >= 0.5:
+                return code
+        return None
+
+    for doc in load_xquad([lang], split="test").documents()[:40]:
+        got = _script_language(doc.text, DEFAULT_DETECT_LANGS)
+        assert (got[0] if got else None) == by_letter(doc.text)
+        assert (got[0] if got else None) == (lang if lang != "en" else None)

@@ -146,3 +146,37 @@ def test_a_finished_export_serves_without_the_torch_weights(base_model_path, sam
     # weights live beside the graph, memory-mapped by ONNX Runtime: the graph itself is small
     assert (folder / "model.onnx.data").stat().st_size > 100 * 2**20 > (folder / "model.onnx").stat().st_size
     assert {"tokenizer.json", "model.json"} <= {p.name for p in folder.iterdir()}
+
+
+def test_batches_in_flight_change_nothing_but_the_speed(base_model_path):
+    """Several batches at once (the runner threads) give the rows one at a time gives, in input order;
+    a tiny token budget makes every text a batch of its own, so the threads really interleave."""
+    from service.models.encoder import Encoder
+
+    texts = TEXTS * 3
+    runs = {
+        lanes: Encoder(
+            base_model_path, options=EngineOptions("fp32", "onnx", max_batch_tokens=16, parallel_batches=lanes)
+        ).encode_passages(texts)
+        for lanes in (1, 3)
+    }
+    assert np.allclose(runs[1], runs[3], atol=1e-6)
+
+
+def test_a_spent_budget_stops_batches_running_on_the_runner_threads(base_model_path):
+    """The request's budget travels to the runner threads (a copy of the caller's context per batch):
+    a spent one raises Cancelled there, and the engine serves the next call normally."""
+    from service import work
+    from service.models.encoder import Encoder
+
+    enc = Encoder(base_model_path, options=EngineOptions("fp32", "onnx", max_batch_tokens=16, parallel_batches=2))
+    spent = work.Budget(0.0)
+    spent.cancel("deadline")
+    with pytest.raises(work.Cancelled):
+        spent.run(enc.encode_passages, TEXTS)
+    assert enc.encode_passages(TEXTS).shape[0] == len(TEXTS)
+
+
+def test_parallel_batches_must_be_positive():
+    with pytest.raises(EngineConfigError, match="parallel_batches"):
+        EngineOptions(parallel_batches=0)
