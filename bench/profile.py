@@ -19,12 +19,16 @@ def profile_session(model_path: Path, feeds: list[dict], threads: int | None = N
     """(op type, total ms, calls) over ``feeds``, largest first, from ORT's profiler."""
     import onnxruntime as ort
 
+    from service.models.engine import DISABLED_ORT_OPTIMIZERS
+
     with tempfile.TemporaryDirectory(prefix="samelang-prof-") as tmp:
         so = ort.SessionOptions()
         so.enable_profiling = True
         so.profile_file_prefix = os.path.join(tmp, "ort")
         so.intra_op_num_threads = threads or (os.cpu_count() or 1)
-        sess = ort.InferenceSession(str(model_path), so, providers=["CPUExecutionProvider"])
+        sess = ort.InferenceSession(  # as the engine runs it (no re-fused layer norms)
+            str(model_path), so, providers=["CPUExecutionProvider"], disabled_optimizers=DISABLED_ORT_OPTIMIZERS
+        )
         for f in feeds:
             sess.run(None, f)
         events = json.loads(Path(sess.end_profiling()).read_text())

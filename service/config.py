@@ -34,7 +34,11 @@ class Settings(BaseSettings):
 
     home: Path = Field(default_factory=_default_home, description="cache for converted models and built indexes")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="torch device for the encoders")
-    threads: int | None = Field(None, ge=1, description="intra-op threads of torch / ONNX Runtime (default: all cores)")
+    threads: int | None = Field(
+        None, ge=1,
+        description="intra-op threads of torch / of each ONNX Runtime pass (default: all cores; ONNX: cores / "
+        "parallel_batches)",
+    )  # fmt: skip
     precision: Literal["auto", "fp32", "bf16", "fp16", "int8"] = Field(
         "auto", description="encoder precision; auto: the precision the model card recorded (else fp32)"
     )

@@ -50,10 +50,7 @@ def load_components(cfg: ServiceSettings) -> Components:
     with ledger.measure("encoder"):
         encoder = Encoder(cfg.model or default_biencoder(cfg.home), device=device, home=cfg.home, options=options)
     with ledger.measure("index"):
-        # FAISS's OpenMP pool: one query per search call gains nothing from more threads, and OpenMP
-        # workers busy-wait after each parallel section: on 2 cores that doubled the CPU time of a
-        # /search's non-encoder work (2.2 -> 4.4 ms per request), time the encoder and the HTTP layer lose
-        set_search_threads(cfg.search_threads)
+        set_search_threads(cfg.search_threads)  # why 1: see Settings.search_threads
         index: OpenIndex = open_index(cfg.index or default_index_path(cfg), encoder.info, use_gpu=cfg.use_gpu_index)
         if getattr(index, "lexical", None) is not None:
             encoder.analyzer  # noqa: B018  (built here, so that its cost is the index's, not a first request's)

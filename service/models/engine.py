@@ -11,14 +11,17 @@ the same for the bi-encoder and the cross-encoder:
   int8 weights of every MatMul/Attention, activations quantised per batch), ``bf16``/``fp16``
   (torch; bf16 is native only on CPUs with AVX512_BF16/AMX, elsewhere emulated and slow; fp16 on
   GPU only);
-* **backend**: ``onnx`` (ONNX Runtime with its fused BERT graph: one Attention, SkipLayerNorm and
-  BiasGelu kernel per layer) or ``torch`` (eager/SDPA; the only one on GPU);
+* **backend**: ``onnx`` (ONNX Runtime with its fused BERT graph: one Attention and BiasGelu kernel per
+  layer; the residual layer norms stay Add + LayerNormalization, see :func:`_unfuse_skip_layer_norm`) or
+  ``torch`` (eager/SDPA; the only one on GPU);
 * **batches in flight**: on ONNX a call with several batches keeps ``parallel_batches`` (2) forward
-  passes running at once (ONNX Runtime's ``run`` is thread-safe and releases the GIL). One pass at a
-  time leaves cores idle at every small operator (layer norms, GELU, the per-batch int8 activation
-  quantisation are short parallel sections whose threads wait for each other); two overlap them.
-  On the 2-core Xeon (AMX) this took 20 XQuAD passages from ~0.70 to ~0.58 s and 160 passages
-  from ~60 to ~70/s at int8. A single batch (one query) still runs alone on all intra-op threads.
+  passes running at once on runner threads (ONNX Runtime's ``run`` is thread-safe and releases the
+  GIL), each pass on cores / ``parallel_batches`` threads (:func:`lane_threads`: 1 on 2 cores). Spread
+  over both cores, each of a pass's ~150 small operators (layer norms, GELU, the per-batch int8
+  activation quantisation) is a parallel section whose threads must meet; two single-threaded lanes do
+  the same work with no meeting. On the 2-core Xeon (AMX, int8, alternating runs) this took 20 XQuAD
+  passages from ~0.74 to ~0.57-0.61 s, 160 passages from ~60 to ~70/s, and the server's CPU per
+  ``/search`` from ~17 to ~12 ms; a lone query runs on one lane.
 
 ``precision="auto"`` takes what the model folder's inference record (:mod:`.folder`) holds as the fastest
 precision within 0.3 points of fp32 on the eval tables (written by ``samelang eval precision``),
@@ -62,9 +65,11 @@ log = logging.getLogger("samelang")
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16", "int8")
 BACKENDS = ("auto", "torch", "onnx")
-ONNX_FORMAT = (
-    2  # bump when the exported folder changes, so that caches are rebuilt (2: external weights, tokenizer, model.json)
-)
+# bump when the exported folder changes, so that caches are rebuilt (2: external weights, tokenizer, model.json;
+# 3: residual layer norms as Add + LayerNormalization, see _unfuse_skip_layer_norm)
+ONNX_FORMAT = 3
+# ONNX Runtime would fuse them back at session start; the fused CPU kernel is the slow one
+DISABLED_ORT_OPTIMIZERS = ["SkipLayerNormFusion"]
 MODEL_META, TOKENIZER_FILE = "model.json", "tokenizer.json"
 
 # Recorded tolerances against fp32 (tests/service/models/test_engine.py checks them on multilingual
@@ -300,6 +305,7 @@ def export_onnx(model, kind: str, precision: str, target: Path, tokenizer=None, 
         final = fused
         if precision == "int8":
             final = quantise_int8(fused, Path(tmp) / "final.onnx", _calibration(tokenizer, kind, meta))
+        _unfuse_skip_layer_norm(final)
         _save_with_external_weights(final, out / target.name)
         if tokenizer is not None:
             (out / TOKENIZER_FILE).write_text(_backend_tokenizer(tokenizer).to_str())
@@ -308,6 +314,42 @@ def export_onnx(model, kind: str, precision: str, target: Path, tokenizer=None, 
             json.dumps({"kind": kind, "precision": precision, "seconds": round(time.perf_counter() - t0, 1)})
         )
     return target
+
+
+def _unfuse_skip_layer_norm(path: Path) -> None:
+    """Rewrite each ``SkipLayerNormalization(x, skip, gamma, beta, bias)`` of the graph at ``path`` as
+    ``LayerNormalization((x + bias) + skip, gamma, beta)``, in place.
+
+    Why: ONNX Runtime's CPU kernel for the fused op (the transformers optimizer makes one per residual,
+    24 in e5-small) took a fifth of a 20-passage pass's kernel time at int8 on the 2-core Xeon, while two
+    vectorised Adds and the standard LayerNormalization kernel do the same arithmetic: unfused, the int8
+    model embedded XQuAD train paragraphs ~26% faster and fp32 ~16% (alternating runs; fp32 outputs
+    identical, int8 within cosine 0.99984, its activations' rounding moved). The sessions keep ONNX Runtime from fusing
+    them back (``DISABLED_ORT_OPTIMIZERS``). Only the nodes with the one output the BERT fusion gives
+    them are rewritten; anything else is left fused."""
+    import onnx
+    from onnx import helper
+
+    model = onnx.load(str(path))
+    nodes, changed = [], 0
+    for n in model.graph.node:
+        if n.op_type != "SkipLayerNormalization" or len(n.input) != 5 or len([o for o in n.output if o]) != 1:
+            nodes.append(n)
+            continue
+        x, skip, gamma, beta, bias = n.input
+        eps = next((a.f for a in n.attribute if a.name == "epsilon"), 1e-12)
+        biased, summed = f"{n.name}_x_plus_bias", f"{n.name}_residual"
+        nodes += [
+            helper.make_node("Add", [x, bias], [biased], name=f"{n.name}_add_bias"),
+            helper.make_node("Add", [biased, skip], [summed], name=f"{n.name}_add_skip"),
+            helper.make_node("LayerNormalization", [summed, gamma, beta], [n.output[0]], name=f"{n.name}_ln",
+                             axis=-1, epsilon=eps),
+        ]  # fmt: skip
+        changed += 1
+    if changed:
+        del model.graph.node[:]
+        model.graph.node.extend(nodes)
+        onnx.save_model(model, str(path))
 
 
 def _save_with_external_weights(src: Path, dst: Path) -> None:
@@ -370,7 +412,9 @@ class OnnxBackend:
         so.inter_op_num_threads = 1
         # idle worker threads sleep instead of spinning: the encoder and the reranker share two cores
         so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        self.session = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+        self.session = ort.InferenceSession(
+            str(path), so, providers=["CPUExecutionProvider"], disabled_optimizers=DISABLED_ORT_OPTIMIZERS
+        )
         self.path = path
 
     def __call__(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:

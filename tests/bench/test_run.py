@@ -53,6 +53,8 @@ TABLES = {
                ["--generator none", "embedded generator (default)"]),
     "soak": ("traffic", ["requests", "errors", "p50 ms"],
              ["search", "search_rerank", "rerank", "answer", "diagnose", "hang_up"]),
+    "scale-10m": ("vectors", ["data model", "index", "params", "build s", "bytes/vector", "index GB", "recall@10",
+                              "p50 ms", "p95 ms"], ["20,000"]),
 }  # fmt: skip
 
 
@@ -68,7 +70,7 @@ def first_table(text: str) -> list[list[str]]:
 
 
 def test_every_section_runs_at_tiny_sizes_and_prints_its_table(tmp_path, samelang_home):
-    """``samelang bench --tiny`` with every section (soak included): each prints its table with
+    """``samelang bench --tiny`` with every section (soak and scale-10m included): each prints its table with
     the README's columns and one row per measurement. One process, as a user runs it; the sizes
     are a handful of inputs (1-2 minutes on 2 cores), so the numbers mean nothing here."""
     import subprocess

@@ -180,3 +180,17 @@ def test_a_spent_budget_stops_batches_running_on_the_runner_threads(base_model_p
 def test_parallel_batches_must_be_positive():
     with pytest.raises(EngineConfigError, match="parallel_batches"):
         EngineOptions(parallel_batches=0)
+
+
+def test_exported_graphs_keep_residual_layer_norms_unfused(base_model_path, samelang_home):
+    """ONNX Runtime's fused SkipLayerNormalization CPU kernel is the slow one here: the export writes
+    Add + LayerNormalization instead (24 residuals in e5-small), and the session does not fuse them back."""
+    import onnx
+
+    from service.models.encoder import Encoder
+
+    enc = Encoder(base_model_path, options=EngineOptions("fp32", "onnx"))
+    graph = onnx.load(str(enc.engine.backend.path), load_external_data=False).graph
+    ops = [n.op_type for n in graph.node]
+    assert "SkipLayerNormalization" not in ops and ops.count("LayerNormalization") == 24
+    assert "Attention" in ops  # the other fusions stay
