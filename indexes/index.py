@@ -171,6 +171,7 @@ class OpenIndex:
         """(scores, rows) of the k nearest documents per query; rows = -1 past the end."""
         if not self.on_gpu:
             V.set_search_params(self.faiss_index, ef_search=ef_search, nprobe=nprobe)
+        V.apply_search_threads()  # OpenMP's thread count is per thread: this request's worker thread
         k = max(1, min(k, self.size))
         return self.faiss_index.search(V.normalise(query_vectors), k)
 

@@ -32,7 +32,7 @@ _SCRIPT_RANGES: tuple[tuple[str, tuple[tuple[int, int], ...]], ...] = (
 
 
 _SCRIPT_PATTERNS = {
-    lang: re.compile("[" + "".join(f"\\u{lo:04x}-\\u{hi:04x}" for lo, hi in ranges) + "]")
+    lang: re.compile("[" + "".join(f"{re.escape(chr(lo))}-{re.escape(chr(hi))}" for lo, hi in ranges) + "]")
     for lang, ranges in _SCRIPT_RANGES
 }
 
@@ -41,13 +41,14 @@ def _script_language(text: str, candidates: tuple[str, ...]) -> tuple[str, float
     """The language whose script holds at least half of the letters (any kana: Japanese). Counted by
     regular expressions, in C: a paragraph costs microseconds, not the milliseconds of a Python loop
     over its letters."""
-    n_letters = len(_LETTER.findall(text))
+    letters = "".join(_LETTER.findall(text))  # only letters count: not "・" (a kana-block mark), digits, signs
+    n_letters = len(letters)
     if not n_letters:
         return None
     for lang, _ in _SCRIPT_RANGES:
         if lang not in candidates:
             continue
-        n = len(_SCRIPT_PATTERNS[lang].findall(text))
+        n = len(_SCRIPT_PATTERNS[lang].findall(letters))
         if lang == "ja" and n > 0:
             return "ja", 1.0
         if n / n_letters >= 0.5:

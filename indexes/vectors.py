@@ -65,12 +65,25 @@ def set_search_params(index: faiss.Index, ef_search: int | None = None, nprobe: 
         inner.nprobe = nprobe
 
 
-def set_search_threads(n: int) -> None:
-    """FAISS's OpenMP threads for this process (searches, and builds run in it afterwards). A server
-    asks one query per search call, which gains nothing from more threads, and OpenMP workers
-    busy-wait after each parallel section: on 2 cores that doubled the CPU time of a /search's
-    non-encoder work (2.2 -> 4.4 ms per request), time the encoder and the HTTP layer lose."""
-    faiss.omp_set_num_threads(max(1, int(n)))
+_search_threads: int | None = None  # set by a server; None: FAISS's default (all cores)
+
+
+def set_search_threads(n: int | None) -> None:
+    """FAISS's OpenMP threads for every search of this process (None: FAISS's default). A server asks one
+    query per search call, which gains nothing from more threads, and OpenMP workers busy-wait after each
+    parallel section: on 2 cores that doubled the CPU time of a /search's non-encoder work (2.2 -> 4.4 ms
+    per request), time the encoder and the HTTP layer lose. OpenMP keeps this setting per thread (a new
+    thread starts from the default), so :func:`apply_search_threads` sets it again in the thread that
+    searches, before each search."""
+    global _search_threads
+    _search_threads = None if n is None else max(1, int(n))
+    apply_search_threads()
+
+
+def apply_search_threads() -> None:
+    """Give the calling thread the process's search thread count (a no-op when none was set)."""
+    if _search_threads is not None:
+        faiss.omp_set_num_threads(_search_threads)
 
 
 def add_vectors(index: faiss.Index, vectors: np.ndarray, rows: np.ndarray) -> None:

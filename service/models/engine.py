@@ -333,16 +333,19 @@ def _unfuse_skip_layer_norm(path: Path) -> None:
     model = onnx.load(str(path))
     nodes, changed = [], 0
     for n in model.graph.node:
-        if n.op_type != "SkipLayerNormalization" or len(n.input) != 5 or len([o for o in n.output if o]) != 1:
+        outputs = [o for o in n.output if o]
+        if (n.op_type != "SkipLayerNormalization" or len(n.input) != 5 or not n.input[4]
+                or outputs != [n.output[0]]):  # fmt: skip
             nodes.append(n)
             continue
         x, skip, gamma, beta, bias = n.input
         eps = next((a.f for a in n.attribute if a.name == "epsilon"), 1e-12)
-        biased, summed = f"{n.name}_x_plus_bias", f"{n.name}_residual"
+        tag = f"samelang_unfused_ln_{changed}"  # unique even where the fusion left a node unnamed
+        biased, summed = f"{tag}_x_plus_bias", f"{tag}_residual"
         nodes += [
-            helper.make_node("Add", [x, bias], [biased], name=f"{n.name}_add_bias"),
-            helper.make_node("Add", [biased, skip], [summed], name=f"{n.name}_add_skip"),
-            helper.make_node("LayerNormalization", [summed, gamma, beta], [n.output[0]], name=f"{n.name}_ln",
+            helper.make_node("Add", [x, bias], [biased], name=f"{tag}_add_bias"),
+            helper.make_node("Add", [biased, skip], [summed], name=f"{tag}_add_skip"),
+            helper.make_node("LayerNormalization", [summed, gamma, beta], [n.output[0]], name=f"{tag}_ln",
                              axis=-1, epsilon=eps),
         ]  # fmt: skip
         changed += 1

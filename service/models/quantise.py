@@ -33,8 +33,8 @@ import numpy as np
 
 ALPHA = 0.8
 # part of the int8 graph's cache key (and of the embedding caches and demo index built with it): a changed
-# recipe is exported again. sq2: the same SmoothQuant, on the graph whose residual layer norms are unfused
-# (engine.ONNX_FORMAT 3); the activations' int8 rounding then differs a little (cosine 0.99984 with sq1)
+# recipe is exported again. sq2: the same SmoothQuant, after which the export unfuses the residual layer
+# norms (engine.ONNX_FORMAT 3); the activations' int8 rounding then differs a little (cosine 0.99984 with sq1)
 RECIPE = "sq2"
 SMOOTHED_OPS = ("MatMul", "Attention")
 

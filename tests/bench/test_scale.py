@@ -12,23 +12,17 @@ import pytest
 
 from bench import scale as S
 from indexes import vectors as V
+from tests.bench.conftest import clustered_seeds
 
 D = 384
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = faiss.omp_get_max_threads()
-    faiss.omp_set_num_threads(1)
-    yield
-    faiss.omp_set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_faiss_thread")
 
 
 @pytest.fixture(scope="module")
 def seeds() -> np.ndarray:
-    rng = np.random.default_rng(7)
-    centres = V.normalise(rng.standard_normal((30, D)))
-    return V.normalise(centres[rng.integers(0, 30, 600)] + 0.5 / np.sqrt(D) * rng.standard_normal((600, D)))
+    return clustered_seeds(D, 30, 600, 7)
 
 
 @pytest.fixture(scope="module")

@@ -10,24 +10,17 @@ import pytest
 
 from bench import scale as S
 from bench import scale_pq as P
-from indexes import vectors as V
+from tests.bench.conftest import clustered_seeds
 
 D = 64
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = faiss.omp_get_max_threads()
-    faiss.omp_set_num_threads(1)
-    yield
-    faiss.omp_set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_faiss_thread")
 
 
 @pytest.fixture(scope="module")
 def seeds() -> np.ndarray:
-    rng = np.random.default_rng(3)
-    centres = V.normalise(rng.standard_normal((20, D)))
-    return V.normalise(centres[rng.integers(0, 20, 300)] + 0.5 / np.sqrt(D) * rng.standard_normal((300, D)))
+    return clustered_seeds(D, 20, 300, 3)
 
 
 @pytest.mark.parametrize("model", P.MODELS)

@@ -215,3 +215,38 @@ def test_writer_lock_and_readers(tmp_path, encoder, docs):
     add_documents(out, docs[6:7], encoder.encode_passages, encoder.info)
     assert sorted(p.name for p in out.glob("gen-*")) == ["gen-000003"]  # unread generations are removed
     assert open_index(out, encoder.info).size == 7
+
+
+def test_the_search_thread_count_holds_in_the_thread_that_searches(tmp_path, encoder, docs, monkeypatch):
+    """OpenMP keeps its thread count per thread: a server that sets it once at start-up must see it in
+    the request's worker thread, where ``OpenIndex.search`` runs, not only in the thread that set it."""
+    import threading
+
+    import faiss
+
+    from indexes import vectors as V
+
+    build_index(tmp_path / "idx", docs, encoder.encode_passages, encoder.info)
+    idx = open_index(tmp_path / "idx", encoder.info)
+    q = encoder.encode_queries(["Berlin"])
+    seen = {}
+    calls = []
+    real = faiss.omp_set_num_threads
+    monkeypatch.setattr(faiss, "omp_set_num_threads", lambda n: (calls.append(n), real(n))[1])
+    before = faiss.omp_get_max_threads()
+    try:
+        V.set_search_threads(1)
+
+        def request():
+            calls.clear()
+            idx.search(q, 3)
+            seen["threads"] = faiss.omp_get_max_threads()
+
+        worker = threading.Thread(target=request)
+        worker.start()
+        worker.join()
+    finally:
+        V.set_search_threads(None)
+        real(before)
+        idx.close()
+    assert calls == [1] and seen["threads"] == 1  # set again in the worker, before its search

@@ -46,3 +46,15 @@ def test_script_shares_counted_by_regex_are_the_letter_by_letter_shares(lang):
         got = _script_language(doc.text, DEFAULT_DETECT_LANGS)
         assert (got[0] if got else None) == by_letter(doc.text)
         assert (got[0] if got else None) == (lang if lang != "en" else None)
+
+
+def test_only_letters_decide_the_script():
+    """Marks that live in a script's code block but are not letters ("・" in the kana block, Arabic
+    punctuation, Devanagari's danda) do not make a text that language; confidence stays <= 1."""
+    from indexes.langid import DEFAULT_DETECT_LANGS, _script_language
+
+    zh = _script_language("伦敦・巴黎是两个城市", DEFAULT_DETECT_LANGS)
+    assert zh is not None and zh[0] == "zh"
+    hi = _script_language("भारत की राजधानी नई दिल्ली है।", DEFAULT_DETECT_LANGS)
+    assert hi is not None and hi[0] == "hi" and hi[1] <= 1.0
+    assert _script_language("Paris, London ، ؟", DEFAULT_DETECT_LANGS) is None
