@@ -388,7 +388,7 @@ def bench_scale_pq(cfg: BenchConfig, seeds: np.ndarray) -> str:
     return format_pq_table(rows) + (
         f"\n\nVectors: made from the {len(seeds):,} real paragraph embeddings of the build section, chunk by chunk "
         "(never all in memory); ground truth: a streamed exact search; latency: one query per search call "
-        "(see bench/scale_pq.py for the two data models)."
+        "(bench/scale_pq.py: the data model, and why a compressed index cannot pass on it)."
     )
 
 

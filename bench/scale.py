@@ -59,21 +59,25 @@ def make_vectors(
     seeds, then renormalised. Made `CHUNK` rows at a time into one preallocated array, so 1M x 384 costs its
     1.5 GB and not several copies of it.
     """
-    s, nbrs, scale = _seed_neighbourhood(seeds)
-    d = s.shape[1]
-    sigma = np.float32(noise * scale / math.sqrt(d))
-    out = np.empty((n, d), dtype=np.float32)
+    info = _seed_neighbourhood(seeds)
+    out = np.empty((n, info[0].shape[1]), dtype=np.float32)
     for start in range(0, n, CHUNK):
-        c = min(CHUNK, n - start)
-        i = rng.integers(0, len(s), c)
-        j = nbrs[i, rng.integers(0, nbrs.shape[1], c)]
-        a = rng.uniform(0.0, mix, (c, 1)).astype(np.float32)
-        x = out[start : start + c]
-        np.multiply(s[i], 1.0 - a, out=x)
-        x += a * s[j]
-        x += sigma * rng.standard_normal((c, d), dtype=np.float32)
-        x /= np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+        perturb_into(out[start : start + CHUNK], info, rng, mix, noise)
     return out
+
+
+def perturb_into(x: np.ndarray, seeds_info, rng: np.random.Generator, mix: float = 0.5, noise: float = 0.5) -> None:
+    """Fill ``x`` (c, d) with :func:`make_vectors`' perturbations, from ``_seed_neighbourhood``'s
+    (normalised seeds, nearest seeds, median nearest-neighbour distance); the one place the recipe lives."""
+    s, nbrs, scale = seeds_info
+    c, d = x.shape
+    i = rng.integers(0, len(s), c)
+    j = nbrs[i, rng.integers(0, nbrs.shape[1], c)]
+    a = rng.uniform(0.0, mix, (c, 1)).astype(np.float32)
+    np.multiply(s[i], 1.0 - a, out=x)
+    x += a * s[j]
+    x += np.float32(noise * scale / math.sqrt(d)) * rng.standard_normal((c, d), dtype=np.float32)
+    x /= np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
 
 
 def make_queries(seeds: np.ndarray, m: int, rng: np.random.Generator) -> np.ndarray:
@@ -146,14 +150,15 @@ def _tune(
     return value, recall, False
 
 
-def _latencies_ms(index: faiss.Index, q: np.ndarray, k: int) -> np.ndarray:
-    """Per-query latency as `/search` pays it: one query per call, after one untimed pass."""
+def _latencies_ms(index: faiss.Index, q: np.ndarray, k: int, params=None) -> np.ndarray:
+    """Per-query latency as `/search` pays it: one query per call, after one untimed pass (``params``:
+    FAISS search parameters, e.g. an IVF-PQ refine's)."""
     for i in range(len(q)):
-        index.search(q[i : i + 1], k)
+        index.search(q[i : i + 1], k, params=params)
     out = np.empty(len(q))
     for i in range(len(q)):
         t0 = time.perf_counter()
-        index.search(q[i : i + 1], k)
+        index.search(q[i : i + 1], k, params=params)
         out[i] = (time.perf_counter() - t0) * 1e3
     return out
 

@@ -28,7 +28,7 @@ import faiss
 import numpy as np
 from tqdm.auto import tqdm
 
-from .scale import CHUNK, _seed_neighbourhood, recall_at_k, serialized_bytes
+from .scale import CHUNK, _latencies_ms, _seed_neighbourhood, perturb_into, recall_at_k, serialized_bytes
 
 MODELS = ("isotropic",)
 # 4096 lists of 4-bit PQ (48 sub-quantisers: 24 bytes a vector) scanned with SIMD, refined with 8-bit PQ
@@ -38,20 +38,13 @@ NPROBE_SWEEP = (4, 8, 16, 32, 64, 128)
 K_FACTOR_SWEEP = (2, 4, 8, 16, 32, 64)
 
 
-def make_chunk(seeds_info, model: str, c: int, rng: np.random.Generator, mix: float = 0.5, noise: float = 0.5):
-    """``c`` unit vectors of data model ``model``: :func:`bench.scale.make_vectors`' recipe, from the
-    seeds' (normalised seeds, nearest seeds, median nearest-neighbour distance)."""
+def make_chunk(seeds_info, model: str, c: int, rng: np.random.Generator) -> np.ndarray:
+    """``c`` unit vectors of data model ``model``: :func:`bench.scale.make_vectors`' recipe
+    (:func:`bench.scale.perturb_into`), from ``_seed_neighbourhood``'s result."""
     if model not in MODELS:
         raise ValueError(f"data model must be one of {MODELS}, got {model!r}")
-    s, nbrs, scale = seeds_info
-    d = s.shape[1]
-    i = rng.integers(0, len(s), c)
-    j = nbrs[i, rng.integers(0, nbrs.shape[1], c)]
-    a = rng.uniform(0.0, mix, (c, 1)).astype(np.float32)
-    x = s[i] * (1.0 - a)
-    x += a * s[j]
-    x += np.float32(noise * scale / np.sqrt(d)) * rng.standard_normal((c, d), dtype=np.float32)
-    x /= np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+    x = np.empty((c, seeds_info[0].shape[1]), dtype=np.float32)
+    perturb_into(x, seeds_info, rng)
     return x
 
 
@@ -79,11 +72,14 @@ def exact_top_k(q: np.ndarray, stream, k: int) -> np.ndarray:
     return best_i
 
 
-def _search(index, q: np.ndarray, k: int, nprobe: int, k_factor: int):
-    params = faiss.IndexRefineSearchParameters(
+def _params(nprobe: int, k_factor: int):
+    return faiss.IndexRefineSearchParameters(
         k_factor=float(k_factor), base_index_params=faiss.SearchParametersIVF(nprobe=nprobe)
     )
-    return index.search(q, k, params=params)[1]
+
+
+def _search(index, q: np.ndarray, k: int, nprobe: int, k_factor: int):
+    return index.search(q, k, params=_params(nprobe, k_factor))[1]
 
 
 def run_scale_pq(
@@ -98,8 +94,8 @@ def run_scale_pq(
     seed: int = 0,
     progress: bool = True,
 ) -> list[dict]:
-    """One row per data model (one today): build s, bytes per vector (the index as written, which is what it holds in
-    RAM: codes and ids), the first (nprobe, k_factor) whose recall@k meets the target, going up in nprobe
+    """One row per data model (one today): build s, bytes per vector (the index as written, which is what
+    it holds in RAM: codes and ids), the first (nprobe, k_factor) whose recall@k meets the target, going up in nprobe
     and, for each, in k_factor (not necessarily the cheapest pair; the last tried when none does) and
     one-query p50/p95 latency there."""
     info = _seed_neighbourhood(seeds)
@@ -130,13 +126,7 @@ def run_scale_pq(
             if best[2] >= recall_target:
                 break
         nprobe, kf, recall = best
-        lat = []
-        for i in range(len(q)):  # one query per call, as /search does; the first pass warms the caches
-            _search(index, q[i : i + 1], k, nprobe, kf)
-        for i in range(len(q)):
-            t1 = time.perf_counter()
-            _search(index, q[i : i + 1], k, nprobe, kf)
-            lat.append((time.perf_counter() - t1) * 1e3)
+        lat = _latencies_ms(index, q, k, _params(nprobe, kf))  # one query per call, as /search does
         size = serialized_bytes(index)
         rows.append({
             "n": n, "model": model, "factory": factory, "params": f"nprobe={nprobe} k_factor={kf}",

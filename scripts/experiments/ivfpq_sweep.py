@@ -25,7 +25,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench import scale_pq as P  # noqa: E402
-from bench.scale import _seed_neighbourhood, recall_at_k  # noqa: E402
+from bench.scale import _latencies_ms, _seed_neighbourhood, recall_at_k  # noqa: E402
 from indexes.index import current_generation  # noqa: E402
 
 
@@ -60,13 +60,7 @@ def main() -> None:
             cells = []
             for kf in (4, 16, 64):
                 recall = recall_at_k(P._search(index, q, 10, nprobe, kf), truth)
-                lat = []
-                for i in range(50):  # one untimed pass first: the lists and codes into the caches
-                    P._search(index, q[i : i + 1], 10, nprobe, kf)
-                for i in range(50):
-                    t1 = time.perf_counter()
-                    P._search(index, q[i : i + 1], 10, nprobe, kf)
-                    lat.append((time.perf_counter() - t1) * 1e3)
+                lat = _latencies_ms(index, q[:50], 10, P._params(nprobe, kf))
                 cells.append(f"k_factor {kf}: recall@10 {recall:.3f}, p50 {np.median(lat):.2f} ms")
             print(f"  nprobe {nprobe}: " + "; ".join(cells), flush=True)
 

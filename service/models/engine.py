@@ -41,6 +41,7 @@ right side), which is what transformers calls underneath.
 from __future__ import annotations
 
 import contextvars
+import itertools
 import json
 import logging
 import tempfile
@@ -268,6 +269,7 @@ def export_onnx(model, kind: str, precision: str, target: Path, tokenizer=None, 
     transformer optimizer, and for int8 smooth and quantise it (:mod:`.quantise`); beside it the tokenizer (a
     transformers fast tokenizer; its ``tokenizers`` backend is saved) and ``meta`` (``model.json``).
     Atomic: ``target``'s folder appears complete or not at all."""
+    import onnx
     import torch
     from onnxruntime.transformers import optimizer
 
@@ -305,8 +307,9 @@ def export_onnx(model, kind: str, precision: str, target: Path, tokenizer=None, 
         final = fused
         if precision == "int8":
             final = quantise_int8(fused, Path(tmp) / "final.onnx", _calibration(tokenizer, kind, meta))
-        _unfuse_skip_layer_norm(final)
-        _save_with_external_weights(final, out / target.name)
+        graph = onnx.load(str(final))
+        _unfuse_skip_layer_norm(graph)
+        _save_with_external_weights(graph, out / target.name)
         if tokenizer is not None:
             (out / TOKENIZER_FILE).write_text(_backend_tokenizer(tokenizer).to_str())
         (out / MODEL_META).write_text(json.dumps(meta or {}, indent=1))
@@ -316,21 +319,19 @@ def export_onnx(model, kind: str, precision: str, target: Path, tokenizer=None, 
     return target
 
 
-def _unfuse_skip_layer_norm(path: Path) -> None:
-    """Rewrite each ``SkipLayerNormalization(x, skip, gamma, beta, bias)`` of the graph at ``path`` as
+def _unfuse_skip_layer_norm(model) -> None:
+    """Rewrite each ``SkipLayerNormalization(x, skip, gamma, beta, bias)`` of the ONNX ``model`` as
     ``LayerNormalization((x + bias) + skip, gamma, beta)``, in place.
 
     Why: ONNX Runtime's CPU kernel for the fused op (the transformers optimizer makes one per residual,
     24 in e5-small) took a fifth of a 20-passage pass's kernel time at int8 on the 2-core Xeon, while two
     vectorised Adds and the standard LayerNormalization kernel do the same arithmetic: unfused, the int8
     model embedded XQuAD train paragraphs ~26% faster and fp32 ~16% (alternating runs; fp32 outputs
-    identical, int8 within cosine 0.99984, its activations' rounding moved). The sessions keep ONNX Runtime from fusing
-    them back (``DISABLED_ORT_OPTIMIZERS``). Only the nodes with the one output the BERT fusion gives
-    them are rewritten; anything else is left fused."""
-    import onnx
+    identical, int8 within cosine 0.99984, its activations' rounding moved). The sessions keep ONNX
+    Runtime from fusing them back (``DISABLED_ORT_OPTIMIZERS``). Only the nodes with the one output the
+    BERT fusion gives them are rewritten; anything else is left fused."""
     from onnx import helper
 
-    model = onnx.load(str(path))
     nodes, changed = [], 0
     for n in model.graph.node:
         outputs = [o for o in n.output if o]
@@ -352,17 +353,15 @@ def _unfuse_skip_layer_norm(path: Path) -> None:
     if changed:
         del model.graph.node[:]
         model.graph.node.extend(nodes)
-        onnx.save_model(model, str(path))
 
 
-def _save_with_external_weights(src: Path, dst: Path) -> None:
+def _save_with_external_weights(model, dst: Path) -> None:
     """Save the graph with its weights in one external file beside it (``model.onnx.data``): ONNX
     Runtime memory-maps external weights instead of copying them, so the resident memory holds
     only the pages a request touches (of e5's 250k-row embedding table, the rows of the tokens
     actually seen), ~0.1 GB instead of ~0.5 GB per fp32 model, and no second copy while loading."""
     import onnx
 
-    model = onnx.load(str(src))
     onnx.save_model(model, str(dst), save_as_external_data=True, all_tensors_to_one_file=True,
                     location=dst.name + ".data", size_threshold=1024)  # fmt: skip
 
@@ -543,34 +542,20 @@ class InferenceEngine:
         one by one."""
         lanes = self.options.parallel_batches if self.options.backend == "onnx" else 1
         it = iter(batches)
-        first = next(it, None)
-        if first is None:
-            return
-        second = next(it, None)
-        if lanes == 1 or second is None:  # one batch (a query, a short /rerank): no hand-off to a thread
-            for batch, input_ids, mask in (b for b in (first, second) if b is not None):
-                work.check()  # a request whose budget is spent stops here, between batches
-                yield batch, np.asarray(self.backend(input_ids, mask), dtype=np.float32)
-            for batch, input_ids, mask in it:
-                work.check()
-                yield batch, np.asarray(self.backend(input_ids, mask), dtype=np.float32)
+        head = list(itertools.islice(it, 2))
+        if lanes == 1 or len(head) < 2:  # one batch (a query, a short /rerank): no hand-off to a thread
+            for batch, input_ids, mask in itertools.chain(head, it):
+                yield batch, self._checked_call(input_ids, mask)
             return
         pool = self._runner_pool(lanes)
         pending: list = []
-
-        def submit(b) -> None:
-            batch, input_ids, mask = b
-            ctx = contextvars.copy_context()  # one copy per task: a Context cannot be entered twice at once
-            pending.append((batch, pool.submit(ctx.run, self._checked_call, input_ids, mask)))
-
         try:
-            submit(first)
-            submit(second)
-            for b in it:
+            for batch, input_ids, mask in itertools.chain(head, it):
                 if len(pending) >= 2 * lanes:
-                    batch, fut = pending.pop(0)
-                    yield batch, fut.result()
-                submit(b)
+                    done, fut = pending.pop(0)
+                    yield done, fut.result()
+                ctx = contextvars.copy_context()  # one copy per task: a Context cannot be entered twice at once
+                pending.append((batch, pool.submit(ctx.run, self._checked_call, input_ids, mask)))
             while pending:
                 batch, fut = pending.pop(0)
                 yield batch, fut.result()
@@ -585,7 +570,7 @@ class InferenceEngine:
                         pass
 
     def _checked_call(self, input_ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        work.check()
+        work.check()  # a request whose budget is spent stops here, between batches
         return np.asarray(self.backend(input_ids, mask), dtype=np.float32)
 
     def _runner_pool(self, lanes: int):
