@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-SECTIONS = ("build", "scale", "embed", "rerank", "http", "memory", "peers")
+SECTIONS = ("build", "scale", "embed", "rerank", "http", "memory", "peers", "stream")
 ON_REQUEST = ("soak", "scale-10m")  # run only when named
 
 

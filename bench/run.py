@@ -14,8 +14,10 @@ timed in alternation within each repetition, so machine noise hits both alike):
    embedded generator, after a fixed round of traffic;
 7. ``peers``: our engine vs infinity-emb's torch and ONNX engines on the same model and texts (each
    peer in its own venv and process, :mod:`bench.peers`): passages/s, one-query latency, agreement;
-8. ``soak`` (only when asked): 10 minutes of mixed traffic, errors and server RSS drift.
-9. ``scale-10m`` (only when asked): IVF-PQ at 10M vectors, streamed (``bench/scale_pq.py``).
+8. ``stream``: what a reader of a streamed ``/answer`` waits for (passages, first token, whole answer)
+   against ``/search`` and the waited-for ``/answer``, embedded generator (:mod:`bench.stream`);
+9. ``soak`` (only when asked): 10 minutes of mixed traffic, errors and server RSS drift.
+10. ``scale-10m`` (only when asked): IVF-PQ at 10M vectors, streamed (``bench/scale_pq.py``).
 
 ``tiny`` (``--tiny``) shrinks every section to a handful of inputs and the one-language demo index,
 so that a test can run each section end to end and check its table: it measures nothing.
@@ -42,7 +44,7 @@ from service.models.engine import cpu_flags, cpu_has_bf16
 class BenchConfig:
     quick: bool = False
     tiny: bool = False  # smoke-test sizes: every section runs end to end in seconds; its numbers mean nothing
-    sections: tuple[str, ...] = ("build", "scale", "embed", "rerank", "http", "memory", "peers")
+    sections: tuple[str, ...] = ("build", "scale", "embed", "rerank", "http", "memory", "peers", "stream")
     repeats: int = 5
     home: Path | None = None
     out: Path = Path("runs/bench")
@@ -423,6 +425,10 @@ def run(cfg: BenchConfig) -> str:
             text = bench_peers(cfg, _table)
         elif name == "soak":
             text = bench_soak(cfg)
+        elif name == "stream":
+            from .stream import bench_stream
+
+            text = bench_stream(cfg)
         elif name == "scale-10m":
             if seeds is None:
                 seeds = bench_build(cfg).vectors

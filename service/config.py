@@ -180,7 +180,10 @@ class ServiceSettings(Settings):
     openai_api_key: str | None = Field(None, description="bearer key of the OpenAI-compatible server")
     openai_timeout: float = Field(30.0, gt=0, description="seconds per generation request to that server")
     openai_retries: int = Field(2, ge=0, le=10, description="retries of a failed generation request")
-    api_key: str | None = Field(None, description="if set, every route but /health needs 'Authorization: Bearer <key>'")
+    api_key: str | None = Field(
+        None,
+        description="if set, every route but /health, /ready and the audit page needs 'Authorization: Bearer <key>'",
+    )
     ef_search: int | None = Field(None, ge=1, description="HNSW search depth (approximate indexes)")
     nprobe: int | None = Field(None, ge=1, description="IVF lists probed per query (approximate indexes)")
     search_threads: int = Field(
@@ -200,6 +203,7 @@ class ServiceSettings(Settings):
         2000, ge=1, description="(query, document) pairs one request may have the reranker score"
     )
     max_answer_tokens: int = Field(1024, ge=1, description="passages x max_tokens of one /answer")
+    max_embedding_inputs: int = Field(256, ge=1, le=2048, description="texts per /v1/embeddings request")
     request_timeout_s: float = Field(
         30.0, gt=0, description="time budget of one request's model work; then 503 and the work stops"
     )

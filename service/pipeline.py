@@ -14,7 +14,7 @@ retrieved, reranks those N distinct groups, and lists each hit's other versions.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -31,7 +31,7 @@ from .config import ServiceSettings
 from .errors import AnswerUnavailable, BadRequest
 from .metrics import audit as A
 from .models.encoder import Encoder
-from .models.generation import GeneratorUnavailable
+from .models.generation import GeneratorUnavailable, join_answer
 
 MAX_DIAGNOSE_DEPTH = 10000
 READER, ANY = "reader", "any"
@@ -57,6 +57,7 @@ class Limits:
     max_diagnose_queries: int = _declared("max_diagnose_queries")
     max_rerank_pairs: int = _declared("max_rerank_pairs")
     max_answer_tokens: int = _declared("max_answer_tokens")
+    max_embedding_inputs: int = _declared("max_embedding_inputs")
 
     @classmethod
     def from_settings(cls, cfg: ServiceSettings) -> Limits:
@@ -122,6 +123,13 @@ class Hit:
     def rows(self) -> list[int]:
         """This hit's documents as the reader sees them: the hit, then its other versions."""
         return [self.doc.row] + [v.row for v in self.versions]
+
+
+@dataclass(frozen=True)
+class Answered:
+    """The end of :meth:`Pipeline.answer_stream`: the whole answer (``None``: no generator)."""
+
+    text: str | None
 
 
 @dataclass
@@ -411,10 +419,10 @@ class Pipeline:
         return det.lang if det else None
 
     # -- /answer ----------------------------------------------------------------------------
-    def answer(self, query: str, opts: SearchOptions, passages: int, max_tokens: int) -> tuple[Ranked, str | None]:
-        """Search as ``/search`` does, then generate from the first ``passages`` hits of distinct
-        groups (with group-aware candidates: distinct documents in the reader's language where the
-        index has them)."""
+    def prepare_answer(self, query: str, opts: SearchOptions, passages: int, max_tokens: int) -> tuple[Ranked, str]:
+        """Search as ``/search`` does, keep the first ``passages`` hits of distinct groups (with
+        group-aware candidates: distinct documents in the reader's language where the index has
+        them), and the prompt over those that fits the generator: (the cited hits, the prompt)."""
         cost, cap = passages * max_tokens, self.limits.max_answer_tokens
         if cost > cap:
             raise BadRequest(
@@ -433,11 +441,31 @@ class Pipeline:
             if len(cited) == passages:
                 break
         cited, prompt = fit_prompt(self.generator, query, cited, max_tokens)
+        return replace(ranked, hits=cited), prompt
+
+    def answer(self, query: str, opts: SearchOptions, passages: int, max_tokens: int) -> tuple[Ranked, str | None]:
+        """The cited hits (:meth:`prepare_answer`) and the generator's answer over them."""
+        ranked, prompt = self.prepare_answer(query, opts, passages, max_tokens)
         try:
             text = self.generator.generate(prompt, max_tokens)
         except GeneratorUnavailable as e:
-            raise AnswerUnavailable(str(e), cited) from e
-        return replace(ranked, hits=cited), text
+            raise AnswerUnavailable(str(e), ranked.hits) from e
+        return ranked, text
+
+    def answer_stream(self, query: str, opts: SearchOptions, passages: int, max_tokens: int) -> Iterator:
+        """:meth:`answer` as it happens: the cited hits (a :class:`Ranked`) as soon as retrieval is
+        done, then each piece of text (a ``str``) as the generator decodes it, then the whole
+        answer (an :class:`Answered`; the same text :meth:`answer` gives, greedy decoding)."""
+        ranked, prompt = self.prepare_answer(query, opts, passages, max_tokens)
+        yield ranked
+        pieces = []
+        try:
+            for piece in self.generator.stream(prompt, max_tokens):
+                pieces.append(piece)
+                yield piece
+        except GeneratorUnavailable as e:
+            raise AnswerUnavailable(str(e), ranked.hits) from e
+        yield Answered(join_answer(pieces) if getattr(self.generator, "generates", True) else None)
 
     # -- /diagnose --------------------------------------------------------------------------
     def dataset_queries(self, pair: str, split: str) -> list[A.LabelledQuery]:
@@ -556,3 +584,31 @@ def build_prompt(query: str, passages: list[str]) -> str:
     a one-line answer; the passages are in the reader's language where one exists,
     which is what makes a small model answer in that language."""
     return "\n\n".join(passages) + f"\n\nQuestion: {query}\nAnswer:"
+
+
+def citations(answer: str | None, hits: list[Hit]) -> list[str]:
+    """Ids of the passages the answer used. The prompt asks for a short reading-comprehension
+    answer, which a model copies out of a passage: a passage is cited when it holds the answer
+    (case and spacing ignored), else when it shares the answer's longest run of characters that
+    covers at least half of it (a model that changed an ending or a word). Characters, not words,
+    so that languages written without spaces are judged alike. No answer cites nothing."""
+    from difflib import SequenceMatcher
+
+    def norm(t: str) -> str:
+        return " ".join(t.casefold().split())
+
+    a = norm(answer or "")
+    if not a:
+        return []
+    texts = [norm(h.doc.text) for h in hits]
+    held = [h.doc.id for h, t in zip(hits, texts) if a in t]
+    if held:
+        return held
+    runs = []
+    for t in texts:
+        m = SequenceMatcher(None, a, t, autojunk=False).find_longest_match(0, len(a), 0, len(t))
+        runs.append(m.size)
+    best = max(runs, default=0)
+    if 2 * best < len(a):
+        return []
+    return [h.doc.id for h, n in zip(hits, runs) if n == best]

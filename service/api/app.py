@@ -8,21 +8,26 @@ import threading
 import time
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import PlainTextResponse, Response
+from fastapi.responses import FileResponse, HTMLResponse, PlainTextResponse, Response
+from fastapi.staticfiles import StaticFiles
 
+from indexes.corpora import XQUAD_LANGS
 from indexes.index import OpenIndex, open_index
 from indexes.vectors import set_search_threads
 
 from ..config import ServiceSettings
 from ..pipeline import Limits, Pipeline, SearchParams
+from . import compat_protocol as C
 from . import errors
 from . import protocol as P
 from .handlers import Handlers
 from .middleware import GuardMiddleware, RequestIdMiddleware
 from .prometheus import Metrics, MetricsMiddleware
+from .streaming import stream_events
 
 log = logging.getLogger("samelang")
 
@@ -148,6 +153,9 @@ def describe(pipeline: Pipeline, cfg: ServiceSettings) -> dict:
             "on_gpu": index.on_gpu,
             "faiss": _faiss_build(),
         },  # fmt: skip
+        "audit": {  # what GET /audit offers: XQuAD pairs of languages the index holds
+            "xquad_langs": [x for x in XQUAD_LANGS if index.manifest.get("counts_per_lang", {}).get(x)],
+        },
         "limits": {
             "k": 1000,
             "query_chars": P.MAX_QUERY_CHARS,
@@ -156,6 +164,7 @@ def describe(pipeline: Pipeline, cfg: ServiceSettings) -> dict:
             "diagnose_queries": pipeline.limits.max_diagnose_queries,
             "rerank_pairs": pipeline.limits.max_rerank_pairs,
             "answer_tokens": pipeline.limits.max_answer_tokens,
+            "embedding_inputs": pipeline.limits.max_embedding_inputs,
             "request_timeout_s": cfg.request_timeout_s,
             "body_bytes": cfg.max_body_bytes,
         },
@@ -171,6 +180,10 @@ ERRORS = {
     500: "internal error: the detail carries only the request id to look up in the server log",
 }
 WORK_ERRORS = {**ERRORS, 503: "the request's time budget is spent or the server is shutting down"}
+STREAM = {200: {"content": {"text/event-stream": {"schema": {"type": "string", "description": (
+    "with stream: true, server-sent events: 'passages' (AnswerPassagesEvent), 'token' (AnswerTokenEvent) as the "
+    "answer is generated, then 'done' (AnswerDoneEvent) or 'error' (ErrorResponse)")}}}}}  # fmt: skip
+STATIC = Path(__file__).parent / "static"
 
 
 def _responses(codes: dict[int, str]) -> dict:
@@ -262,11 +275,13 @@ async def watch_index(app: FastAPI, every_s: float) -> None:
                               app.state.handlers.pipeline.index.generation)  # fmt: skip
 
 
+def handle(request: Request) -> Handlers:
+    """The handlers every route reads (one assignment swaps them: :func:`swap_index`)."""
+    return request.app.state.handlers
+
+
 def _router() -> APIRouter:
     r = APIRouter()
-
-    def handle(request: Request) -> Handlers:
-        return request.app.state.handlers
 
     @r.post("/search", response_model=P.SearchResponse, responses=_responses(WORK_ERRORS))
     async def search(req: P.SearchRequest, request: Request):
@@ -276,10 +291,12 @@ def _router() -> APIRouter:
     async def rerank(req: P.RerankRequest, request: Request):
         return await bounded(request, handle(request).rerank, req)
 
-    @r.post("/answer", response_model=P.AnswerResponse, responses=_responses(
+    @r.post("/answer", response_model=P.AnswerResponse, responses={**_responses(
         {**WORK_ERRORS, 503: "the generator is down (the retrieved passages come with it), the request's time budget "
-                             "is spent, or the server is shutting down"}))  # fmt: skip
+                             "is spent, or the server is shutting down"}), **STREAM})  # fmt: skip
     async def answer(req: P.AnswerRequest, request: Request):
+        if req.stream:
+            return await stream_events(request, handle(request).answer_events, req)
         return await bounded(request, handle(request).answer, req)
 
     @r.post("/diagnose", response_model=P.DiagnoseResponse, responses=_responses(WORK_ERRORS))
@@ -319,6 +336,37 @@ def _router() -> APIRouter:
     return r
 
 
+def _compat_router() -> APIRouter:
+    """The ecosystem-shaped routes (:mod:`.compat_protocol`) and the bias-audit page."""
+    r = APIRouter()
+
+    @r.post("/v1/embeddings", response_model=C.EmbeddingsResponse, responses=_responses(WORK_ERRORS))
+    async def embeddings(req: C.EmbeddingsRequest, request: Request):
+        """OpenAI's embeddings route over the served bi-encoder (for the OpenAI SDK, LangChain, LlamaIndex)."""
+        return await bounded(request, handle(request).embeddings, req)
+
+    async def compat_rerank(req: C.CompatRerankRequest, request: Request):
+        """Cohere's and Jina's rerank route over the served reranker (the scores of ``POST /rerank``)."""
+        out = await bounded(request, handle(request).compat_rerank, req)
+        out.id = errors.request_id(request)
+        return out
+
+    for path in ("/v1/rerank", "/v2/rerank"):  # Cohere's v2 client posts to /v2/rerank, Jina and v1 to /v1/rerank
+        r.add_api_route(path, compat_rerank, methods=["POST"], response_model=C.CompatRerankResponse,
+                        responses=_responses(WORK_ERRORS))  # fmt: skip
+
+    @r.get("/v1/models", response_model=C.ModelList, responses=_responses({401: ERRORS[401]}))
+    async def models(request: Request):
+        return handle(request).models()
+
+    @r.get("/audit", response_class=HTMLResponse, include_in_schema=False)
+    async def audit_page():
+        """The bias-audit page (plain HTML and a script, no build step, nothing from a CDN)."""
+        return FileResponse(STATIC / "audit.html", media_type="text/html")
+
+    return r
+
+
 def _openapi_with_limits(app: FastAPI, cfg: ServiceSettings):
     """The schema with this server's configured limits where the protocol has only the ceilings."""
     from fastapi.openapi.utils import get_openapi
@@ -333,6 +381,11 @@ def _openapi_with_limits(app: FastAPI, cfg: ServiceSettings):
                     sub["maxLength"] = min(cfg.max_document_chars, P.MAX_DOCUMENT_CHARS)
             doc = schema["components"]["schemas"]["RerankDocument"]["properties"]["text"]
             doc["maxLength"] = min(cfg.max_document_chars, P.MAX_DOCUMENT_CHARS)
+            schemas = schema["components"]["schemas"]
+            schemas["CompatRerankRequest"]["properties"]["documents"]["maxItems"] = props["documents"]["maxItems"]
+            for sub in schemas["EmbeddingsRequest"]["properties"]["input"]["anyOf"]:
+                if sub.get("type") == "array":
+                    sub["maxItems"] = min(cfg.max_embedding_inputs, C.MAX_EMBEDDING_INPUTS)
             diag = schema["components"]["schemas"]["DiagnoseRequest"]["properties"]["queries"]
             for sub in diag.get("anyOf", [diag]):
                 if sub.get("type") == "array":
@@ -407,6 +460,8 @@ def create_app(cfg: ServiceSettings | None = None, components: Components | None
     app.openapi = _openapi_with_limits(app, cfg)
     errors.install(app)
     app.include_router(_router())
+    app.include_router(_compat_router())
+    app.mount("/audit/assets", StaticFiles(directory=STATIC), name="audit-assets")
     app.add_middleware(
         GuardMiddleware, max_body_bytes=cfg.max_body_bytes, api_key=cfg.api_key, body_timeout_s=cfg.body_timeout_s
     )

@@ -45,6 +45,28 @@ def _field(loc) -> str:
     return out or "body"
 
 
+def core_error(exc: Exception, request: Request) -> tuple[int, dict]:
+    """(status, body) of an error the retrieval core raised: what a JSON response carries, and what
+    a stream that already started sends as its ``error`` event. Anything else is an internal error,
+    logged here with the request id (the client gets only the id)."""
+    rid = request_id(request)
+    if isinstance(exc, BadRequest):
+        return 422, {"error": "invalid_request", "detail": str(exc), "request_id": rid}
+    if isinstance(exc, Cancelled):
+        if exc.reason == "disconnected":  # nobody reads this; the metrics count it apart from 5xx
+            return CLIENT_CLOSED, {"error": "client_closed_request", "detail": str(exc), "request_id": rid}
+        name = "time_budget_exceeded" if exc.reason == "deadline" else "shutting_down"
+        return 503, {"error": name, "detail": str(exc), "request_id": rid}
+    if isinstance(exc, AnswerUnavailable):
+        from .handlers import cited
+
+        passages = [p.model_dump() for p in cited(exc.hits)]
+        return 503, {"error": "generator_unavailable", "detail": str(exc), "request_id": rid, "passages": passages}
+    log.error("samelang: internal error in request %s (%s %s)", rid, request.method, request.url.path, exc_info=exc)
+    return 500, {"error": "internal_error", "detail": f"internal error; the server log has it under request id {rid}",
+                 "request_id": rid}  # fmt: skip
+
+
 def install(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError):
@@ -64,22 +86,11 @@ def install(app: FastAPI) -> None:
         return error_response(422, "invalid_request", "; ".join(msgs), request)
 
     @app.exception_handler(BadRequest)
-    async def _bad(request: Request, exc: BadRequest):
-        return error_response(422, "invalid_request", str(exc), request)
-
     @app.exception_handler(Cancelled)
-    async def _cancelled(request: Request, exc: Cancelled):
-        if exc.reason == "disconnected":  # nobody reads this; the metrics count it apart from 5xx
-            return error_response(CLIENT_CLOSED, "client_closed_request", str(exc), request)
-        name = "time_budget_exceeded" if exc.reason == "deadline" else "shutting_down"
-        return error_response(503, name, str(exc), request)
-
     @app.exception_handler(AnswerUnavailable)
-    async def _unavailable(request: Request, exc: AnswerUnavailable):
-        from .handlers import cited
-
-        passages = [p.model_dump() for p in cited(exc.hits)]
-        return error_response(503, "generator_unavailable", str(exc), request, passages=passages)
+    async def _core(request: Request, exc: Exception):
+        status, content = core_error(exc, request)
+        return AsciiJSONResponse(content, status_code=status)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException):
@@ -92,10 +103,8 @@ def install(app: FastAPI) -> None:
     async def _internal(request: Request, exc: Exception):
         """Last resort: the log gets the traceback, the client the request id and a closed connection."""
         rid = request_id(request)
-        log.error("samelang: internal error in request %s (%s %s)", rid, request.method, request.url.path,
-                  exc_info=exc)  # fmt: skip
-        resp = error_response(500, "internal_error", f"internal error; the server log has it under request id {rid}",
-                              request)  # fmt: skip
+        status, content = core_error(exc, request)
+        resp = AsciiJSONResponse(content, status_code=status)
         resp.headers["connection"] = "close"
         if rid:
             resp.headers["x-request-id"] = rid

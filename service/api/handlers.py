@@ -4,11 +4,20 @@ response model. The core (:mod:`service.pipeline`) never sees these types; the r
 
 from __future__ import annotations
 
+import base64
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
 import numpy as np
+from pydantic import BaseModel
+
+from indexes.vectors import normalise
 
 from ..errors import BadRequest
 from ..metrics.audit import LabelledQuery
-from ..pipeline import Hit, Pipeline, Ranked, SearchOptions
+from ..pipeline import Answered, Hit, Pipeline, Ranked, SearchOptions, citations
+from . import compat_protocol as C
 from . import protocol as P
 
 
@@ -76,25 +85,31 @@ class Handlers:
             hits=hits,
         )
 
+    def _ranked(self, query: str, docs: list, top_n: int | None) -> list[tuple[int, float, str | None]]:
+        """(index, score, language) of the best ``top_n`` documents by the served reranker: what
+        ``/rerank`` and the Cohere-shaped route share."""
+        scores = self.pipeline.rerank(query, [d.text for d in docs])
+        order = np.argsort(-scores, kind="stable")[: top_n or len(docs)]
+        return [(int(i), float(scores[i]), docs[i].lang or self.pipeline.detect_language(docs[i].text)) for i in order]
+
     def rerank(self, req: P.RerankRequest) -> P.RerankResponse:
         docs = req.normalised_documents()
-        scores = self.pipeline.rerank(req.query, [d.text for d in docs])
-        order = np.argsort(-scores, kind="stable")[: req.top_n or len(docs)]
         results = [
             P.RerankResult(
-                index=int(i),
-                id=docs[i].id,
-                score=float(scores[i]),
-                lang=docs[i].lang or self.pipeline.detect_language(docs[i].text),
-                text=docs[i].text if req.return_documents else None,
+                index=i, id=docs[i].id, score=score, lang=lang, text=docs[i].text if req.return_documents else None
             )
-            for i in order
+            for i, score, lang in self._ranked(req.query, docs, req.top_n)
         ]
         return P.RerankResponse(reranker=self.pipeline.reranker.name, results=results)
 
     def answer(self, req: P.AnswerRequest) -> P.AnswerResponse:
-        rerank_k = req.rerank_k or min(self.pipeline.defaults.rerank_k, req.k)
-        ranked, text = self.pipeline.answer(req.query, self.options(req, req.k, rerank_k), req.passages, req.max_tokens)
+        ranked, text = self.pipeline.answer(req.query, self._answer_options(req), req.passages, req.max_tokens)
+        return self._answered(ranked, text)
+
+    def _answer_options(self, req: P.AnswerRequest) -> SearchOptions:
+        return self.options(req, req.k, req.rerank_k or min(self.pipeline.defaults.rerank_k, req.k))
+
+    def _answered(self, ranked: Ranked, text: str | None) -> P.AnswerResponse:
         return P.AnswerResponse(
             answer=text,
             answer_lang=self.pipeline.detect_language(text) if text else None,
@@ -102,7 +117,82 @@ class Handlers:
             generator=self.pipeline.generator.name,
             components=_components(self.pipeline, ranked),
             passages=cited(ranked.hits),
+            citations=citations(text, ranked.hits),
         )
+
+    def answer_events(self, req: P.AnswerRequest) -> Iterator[tuple[str, BaseModel]]:
+        """``/answer`` with ``stream: true``: (event name, payload) as :meth:`Pipeline.answer_stream`
+        yields; the ``done`` payload is :meth:`answer`'s response with the timing."""
+        t0 = time.perf_counter()
+        ranked, first, retrieval_ms = None, None, 0.0
+        for ev in self.pipeline.answer_stream(req.query, self._answer_options(req), req.passages, req.max_tokens):
+            ms = (time.perf_counter() - t0) * 1000
+            if isinstance(ev, Ranked):
+                ranked, retrieval_ms = ev, ms
+                yield "passages", P.AnswerPassagesEvent(
+                    query_lang=ev.query_lang, generator=self.pipeline.generator.name,
+                    components=_components(self.pipeline, ev), passages=cited(ev.hits),
+                )  # fmt: skip
+            elif isinstance(ev, Answered):
+                timing = P.AnswerTiming(retrieval_ms=retrieval_ms, first_token_ms=first, total_ms=ms)
+                yield "done", P.AnswerDoneEvent(**dict(self._answered(ranked, ev.text)), timing=timing)
+            else:
+                first = ms if first is None else first
+                yield "token", P.AnswerTokenEvent(text=ev)
+
+    # -- ecosystem-shaped routes (compat_protocol) -------------------------------------------
+    def _model(self, given: str | None, served: str, field: str = "model") -> None:
+        if given is not None and given != served:
+            raise BadRequest(field, f"{given!r} is not served here; this server serves {served!r} (GET /v1/models)")
+
+    def embeddings(self, req: C.EmbeddingsRequest) -> C.EmbeddingsResponse:
+        enc, lim = self.pipeline.encoder, self.pipeline.limits
+        self._model(req.model, enc.name)
+        if req.dimensions is not None and req.dimensions != enc.dim:
+            raise BadRequest("dimensions", f"{req.dimensions} is not supported: {enc.name} has {enc.dim} dimensions "
+                             "and cannot shorten them; omit the field")  # fmt: skip
+        texts = req.texts()
+        if len(texts) > lim.max_embedding_inputs:
+            raise BadRequest("input", f"{len(texts)} texts, at most {lim.max_embedding_inputs} per request")
+        passages = req.input_type == "passage"
+        vecs = normalise(enc.encode_passages(texts) if passages else enc.encode_queries(texts)).astype("<f4")
+        tokens = sum(enc.count_tokens(texts, passages=passages))
+        data = [
+            C.Embedding(
+                index=i,
+                embedding=base64.b64encode(v.tobytes()).decode() if req.encoding_format == "base64" else v.tolist(),
+            )  # fmt: skip
+            for i, v in enumerate(vecs)
+        ]
+        return C.EmbeddingsResponse(data=data, model=enc.name, usage=C.Usage(prompt_tokens=tokens, total_tokens=tokens))
+
+    def compat_rerank(self, req: C.CompatRerankRequest) -> C.CompatRerankResponse:
+        reranker = self.pipeline.reranker
+        self._model(req.model, reranker.name)
+        given = docs = req.normalised_documents()
+        if req.max_tokens_per_doc is not None:
+            docs = [d.model_copy(update={"text": reranker.truncate(d.text, req.max_tokens_per_doc)}) for d in docs]
+        results = [
+            C.CompatRerankResult(
+                index=i,
+                relevance_score=score,
+                lang=lang,
+                document=C.RerankedDocument(text=given[i].text) if req.return_documents else None,
+            )  # fmt: skip
+            for i, score, lang in self._ranked(req.query, docs, req.top_n)
+        ]
+        usage = C.RerankUsage(total_tokens=reranker.count_tokens(req.query, [d.text for d in docs]))
+        return C.CompatRerankResponse(model=reranker.name, results=results, usage=usage)
+
+    def models(self) -> C.ModelList:
+        enc, reranker = self.pipeline.encoder, self.pipeline.reranker
+        made = int(Path(enc.path).stat().st_mtime)
+        rerank_path = getattr(reranker, "path", None)
+        return C.ModelList(data=[
+            C.ModelCard(id=enc.name, created=made, task="embeddings", dimensions=enc.dim),
+            C.ModelCard(id=reranker.name, created=int(Path(rerank_path).stat().st_mtime) if rerank_path else made,
+                        task="rerank"),
+        ])  # fmt: skip
 
     def diagnose(self, req: P.DiagnoseRequest) -> P.DiagnoseResponse:
         if req.queries is not None:

@@ -10,6 +10,14 @@ import uuid
 
 JSON_ROUTES_METHODS = {"POST", "PUT", "PATCH"}
 OPEN_PATHS = {"/health", "/ready"}  # probes: no secret needed, nothing secret returned
+# the audit page and its script are static files with nothing secret in them: a browser cannot send a
+# bearer key when it navigates, so the page asks for the key and sends it with the calls it makes
+
+
+def is_open(path: str) -> bool:
+    return path in OPEN_PATHS or path == "/audit" or path.startswith("/audit/")
+
+
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 
@@ -59,7 +67,7 @@ class GuardMiddleware:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         headers = dict(scope.get("headers") or [])
-        if self.api_key and scope["path"] not in OPEN_PATHS:
+        if self.api_key and not is_open(scope["path"]):
             auth = headers.get(b"authorization", b"").decode("latin-1")
             token = auth[7:] if auth.lower().startswith("bearer ") else ""
             if not hmac.compare_digest(token.encode(), self.api_key.encode()):

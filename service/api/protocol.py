@@ -152,6 +152,16 @@ class SearchResponse(BaseModel):
     hits: list[Hit]
 
 
+def text_or(document: type[BaseModel]):
+    """A document given as its text or as a ``document`` object; an error in a text is reported as
+    ``documents[i].text``, as in an object."""
+    return Annotated[
+        Annotated[Annotated[Text, Field(max_length=MAX_DOCUMENT_CHARS)], Tag("text")]
+        | Annotated[document, Tag("object")],
+        Discriminator(lambda v: "text" if isinstance(v, str) else "object"),
+    ]
+
+
 class RerankDocument(_Strict):
     id: DocId | None = None
     text: Annotated[Text, Field(max_length=MAX_DOCUMENT_CHARS)]
@@ -169,14 +179,9 @@ class RerankRequest(_Strict):
     """
 
     query: Query = Field(...)
-    documents: list[
-        Annotated[
-            Annotated[Annotated[Text, Field(max_length=MAX_DOCUMENT_CHARS)], Tag("text")]
-            | Annotated[RerankDocument, Tag("object")],
-            # a string is the document's text; an error in it is reported as documents[i].text
-            Discriminator(lambda v: "text" if isinstance(v, str) else "object"),
-        ]
-    ] = Field(..., min_length=1, max_length=MAX_DOCUMENTS, description="texts, or {id?, text, lang?} objects")
+    documents: list[text_or(RerankDocument)] = Field(
+        ..., min_length=1, max_length=MAX_DOCUMENTS, description="texts, or {id?, text, lang?} objects"
+    )
     top_n: Int | None = Field(None, ge=1, le=MAX_DOCUMENTS)
     return_documents: Bool = False
 
@@ -206,6 +211,12 @@ class AnswerRequest(_Retrieval):
     )
     passages: Int = Field(2, ge=1, le=10, description="passages given to the generator")
     max_tokens: Int = Field(48, ge=1, le=512, description="tokens generated at most; passages x max_tokens is capped")
+    stream: Bool = Field(
+        False,
+        description="answer with server-sent events: 'passages' (the cited passages, as soon as retrieval is done), "
+        "'token' (each piece of the answer as it is generated), then 'done' (this response, with timing) or "
+        "'error' (the error body)",
+    )
 
     @model_validator(mode="after")
     def _bounds(self):
@@ -230,6 +241,34 @@ class AnswerResponse(BaseModel):
     generator: str
     components: Components
     passages: list[CitedPassage]
+    citations: list[str] = Field(
+        [], description="ids of the passages the answer was taken from (the ones that hold it, or its longest part)"
+    )
+
+
+class AnswerPassagesEvent(BaseModel):
+    """A streamed answer's first event: what the generator was given, before it starts."""
+
+    query_lang: str | None
+    generator: str
+    components: Components
+    passages: list[CitedPassage]
+
+
+class AnswerTokenEvent(BaseModel):
+    text: str = Field(description="the next piece of the answer (the pieces joined and stripped are the answer)")
+
+
+class AnswerTiming(BaseModel):
+    retrieval_ms: float = Field(description="from the request's start to the passages")
+    first_token_ms: float | None = Field(description="to the first piece of the answer (null: none came)")
+    total_ms: float
+
+
+class AnswerDoneEvent(AnswerResponse):
+    """A streamed answer's last event: the non-streaming response, and when things happened."""
+
+    timing: AnswerTiming
 
 
 class LabelledQueryIn(_Strict):

@@ -126,6 +126,11 @@ class Encoder:
     def encode_passages(self, texts: list[str], progress: bool = False) -> np.ndarray:
         return self._encode(texts, self._passage_prompt, progress)
 
+    def count_tokens(self, texts: list[str], passages: bool = False) -> list[int]:
+        """Tokens each text is encoded as, prompt and special tokens included (after truncation)."""
+        prompt = self._passage_prompt if passages else self._query_prompt
+        return self.engine.token_counts([prompt + t for t in texts])
+
     @functools.cached_property
     def analyzer(self) -> tuple[str, object]:
         """(name, function) of the lexical analyzer: this model's subword tokenizer, lower-cased, word

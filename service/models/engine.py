@@ -503,6 +503,19 @@ class InferenceEngine:
             return [e.ids for e in self.tokenizer.encode_batch([(str(a), str(b)) for a, b in inputs])]
         return [e.ids for e in self.tokenizer.encode_batch([str(t) for t in inputs])]
 
+    def token_counts(self, inputs: list) -> list[int]:
+        """Tokens each input is run as (special tokens counted, after truncation): the ``usage`` that
+        the OpenAI- and Cohere-shaped routes report."""
+        return [len(x) for x in self._tokenise(inputs)] if inputs else []
+
+    def truncate_text(self, text: str, n_tokens: int) -> str:
+        """``text`` cut after its first ``n_tokens`` tokens (special tokens not counted), at a
+        character boundary the tokenizer reports: Cohere's ``max_tokens_per_doc``."""
+        enc = self.tokenizer.encode(text, add_special_tokens=False)
+        if len(enc.ids) <= n_tokens:
+            return text
+        return text[: enc.offsets[n_tokens - 1][1]]
+
     def padded_batches(self, inputs: list):
         """(indices, input_ids, attention_mask) per token-bounded batch, longest first: what
         :meth:`run` feeds the backend (and what a profiler replays)."""

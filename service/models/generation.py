@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import httpx
@@ -20,19 +21,42 @@ class GeneratorUnavailable(RuntimeError):
 
 class NoGenerator:
     name = "none"
+    generates = False  # an answer is None, not an empty text
 
     def generate(self, prompt: str, max_tokens: int) -> str | None:
         return None
 
-
-def _cut_at_stop(text: str, stops: tuple[str, ...]) -> str:
-    text = text.lstrip()
-    cut = min((i for s in stops if (i := text.find(s)) >= 0), default=len(text))
-    return text[:cut].strip()
+    def stream(self, prompt: str, max_tokens: int) -> Iterator[str]:
+        return iter(())
 
 
 # the prompt asks for a one-line answer; base models then go on with another "Question:"
-STOPS = ("\n",)
+STOP = "\n"
+STOPS = (STOP,)
+
+
+def until_stop(pieces: Iterable[str]) -> Iterator[str]:
+    """The answer's pieces as a stream: leading whitespace dropped, ended at the first line break
+    (one stop, one character: it cannot span two pieces). Joined and stripped they are the whole
+    text's first non-blank line, stripped."""
+    started = False
+    for piece in pieces:
+        if not started:
+            piece = piece.lstrip()
+            if not piece:
+                continue
+            started = True
+        cut = piece.find(STOP)
+        if cut >= 0:
+            if cut:
+                yield piece[:cut]
+            return
+        yield piece
+
+
+def join_answer(pieces: Iterable[str]) -> str:
+    """The answer a stream of :func:`until_stop` pieces makes."""
+    return "".join(pieces).strip()
 
 
 class LlamaCppGenerator:
@@ -74,6 +98,11 @@ class LlamaCppGenerator:
         return len(self.llm.tokenize(text.encode("utf-8"), add_bos=True))
 
     def fits(self, prompt: str, max_tokens: int) -> bool:
+        # every token covers at least one byte of text (SentencePiece's byte fallback), so a prompt of B UTF-8
+        # bytes is at most B + 2 tokens (BOS, the leading-space marker): under that bound there is nothing to
+        # count. Counting two passages takes ~2.5 ms, which a streamed answer's first event would wait for.
+        if len(prompt.encode("utf-8", "surrogatepass")) + 2 + max_tokens <= self.n_ctx:
+            return True
         return self.count_tokens(prompt) + max_tokens <= self.n_ctx
 
     def truncate(self, text: str, n_tokens: int) -> str:
@@ -82,24 +111,32 @@ class LlamaCppGenerator:
         return self.llm.detokenize(ids).decode("utf-8", errors="ignore")
 
     def generate(self, prompt: str, max_tokens: int) -> str:
+        return join_answer(self.stream(prompt, max_tokens))
+
+    def stream(self, prompt: str, max_tokens: int) -> Iterator[str]:
+        """The answer's text pieces as llama.cpp decodes them (greedy); the context is held until the
+        stream ends or is closed."""
         while not self._lock.acquire(timeout=0.1):  # queued behind another answer: still cancellable
             work.check()
         try:
             work.check()
-            pieces = []
-            stream = self.llm.create_completion(
+            # every answer evaluates its whole prompt: llama.cpp would reuse the previous request's cache for
+            # a shared prefix and evaluate the rest alone, and those logits differ enough from a whole-prompt
+            # pass to flip greedy choices (7 of 36 XQuAD answers changed when a prompt came twice in a row).
+            # The same request must get the same answer, whatever was asked before it.
+            self.llm.reset()
+            chunks = self.llm.create_completion(
                 prompt, max_tokens=max_tokens, temperature=0.0, top_k=1, repeat_penalty=1.0, stop=list(STOPS),
                 stream=True,
             )  # fmt: skip
             try:
-                for chunk in stream:
-                    pieces.append(chunk["choices"][0]["text"])
+                for piece in until_stop(c["choices"][0]["text"] for c in chunks):
+                    yield piece
                     work.check()  # over budget or cancelled: the request is over, not answered with a cut-off text
             finally:
-                stream.close()
+                chunks.close()
         finally:
             self._lock.release()
-        return _cut_at_stop("".join(pieces), STOPS)
 
 
 class OpenAIGenerator:
@@ -107,7 +144,8 @@ class OpenAIGenerator:
 
     Completions (not chat) keep the same prompt format for base and instruct
     models; connection errors, timeouts and 5xx answers are retried with
-    exponential back-off, then raise :class:`GeneratorUnavailable`.
+    exponential back-off, then raise :class:`GeneratorUnavailable`. Answers are always
+    streamed from the server (:meth:`stream`), waited for or not.
     """
 
     def __init__(
@@ -130,22 +168,42 @@ class OpenAIGenerator:
         self._client = httpx.Client(base_url=self.base_url, timeout=timeout, headers=headers, transport=transport)
 
     def generate(self, prompt: str, max_tokens: int) -> str:
-        body = {"model": self.model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0}
+        """The whole answer: :meth:`stream` joined. One request path for both, so that a streamed answer
+        and a waited-for one are the same text; and streaming lets the client hang up at the stop, which
+        a server given no stop sequence would otherwise generate past until ``max_tokens``."""
+        return join_answer(self.stream(prompt, max_tokens))
+
+    def stream(self, prompt: str, max_tokens: int) -> Iterator[str]:
+        """The answer's text pieces as the server streams them (``stream: true``: server-sent events,
+        as vLLM and OpenAI send them). A failure before the first piece is retried like
+        :meth:`generate`; after it, retrying would repeat text the reader already has, so it raises."""
+        from httpx_sse import EventSource
+
+        body = {"model": self.model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0, "stream": True}
         last: Exception | None = None
         for attempt in range(self.retries + 1):
+            started = False
             try:
                 work.check()
-                r = self._client.post("/v1/completions", json=body, timeout=work.remaining(self.timeout))
-                if r.status_code >= 500:
-                    raise GeneratorUnavailable(f"{self.base_url} answered {r.status_code}: {r.text[:200]}")
-                if r.status_code >= 400:  # our request is wrong: retrying will not help
-                    raise GeneratorUnavailable(f"{self.base_url} refused the request ({r.status_code}): {r.text[:200]}")
-                return _cut_at_stop(r.json()["choices"][0]["text"], STOPS)
+                with self._client.stream("POST", "/v1/completions", json=body,
+                                         timeout=work.remaining(self.timeout)) as r:  # fmt: skip
+                    if r.status_code >= 400:
+                        r.read()
+                        kind = "answered" if r.status_code >= 500 else "refused the request"
+                        raise GeneratorUnavailable(f"{self.base_url} {kind} ({r.status_code}): {r.text[:200]}")
+                    texts = (e.json()["choices"][0]["text"] for e in EventSource(r).iter_sse() if e.data != "[DONE]")
+                    for piece in until_stop(texts):
+                        started = True
+                        yield piece
+                        work.check()
+                return
             except GeneratorUnavailable as e:
                 last = e
                 if "refused the request" in str(e):
                     break
             except (httpx.HTTPError, KeyError, IndexError, ValueError) as e:
+                if started:
+                    raise GeneratorUnavailable(f"the stream from {self.base_url} broke off: {e}") from e
                 last = e
             if attempt < self.retries:
                 time.sleep(min(self.backoff * 2**attempt, work.remaining(self.backoff * 2**attempt)))

@@ -90,6 +90,13 @@ class CrossEncoderReranker:
             return np.zeros(0, dtype=np.float32)
         return self.score_pairs([(query, d) for d in documents])
 
+    def count_tokens(self, query: str, documents: list[str]) -> int:
+        """Tokens the pairs are scored as (the ``usage`` of the Cohere-shaped route)."""
+        return sum(self.engine.token_counts([(query, d) for d in documents]))
+
+    def truncate(self, text: str, n_tokens: int) -> str:
+        return self.engine.truncate_text(text, n_tokens)
+
 
 class CosineReranker:
     """Fallback: cosine between the query and document embeddings of the served bi-encoder."""
@@ -105,6 +112,12 @@ class CosineReranker:
             return np.zeros(0, dtype=np.float32)
         q = self.encoder.encode_queries([query])[0]
         return self.score_vectors(q, self.encoder.encode_passages(documents))
+
+    def count_tokens(self, query: str, documents: list[str]) -> int:
+        return self.encoder.count_tokens([query])[0] + sum(self.encoder.count_tokens(documents, passages=True))
+
+    def truncate(self, text: str, n_tokens: int) -> str:
+        return self.encoder.engine.truncate_text(text, n_tokens)
 
     @staticmethod
     def score_vectors(query_vector: np.ndarray, vectors: np.ndarray) -> np.ndarray:

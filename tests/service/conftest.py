@@ -71,3 +71,12 @@ def server(service_settings, pipeline):
 def client(server):
     with httpx.Client(base_url=server, timeout=120) as c:
         yield c
+
+
+@pytest.fixture(scope="session")
+def gemma(samelang_home):
+    """The embedded generator (Gemma 3 270M GGUF on llama.cpp), loaded once for the session."""
+    from service.models.gemma_checkpoint import prepare_generator
+    from service.models.generation import LlamaCppGenerator
+
+    return LlamaCppGenerator(prepare_generator(samelang_home))

@@ -241,3 +241,32 @@ def test_hybrid_with_a_language_filter_and_without_stored_vectors_is_still_exact
     again = blind.search(q.text, opts)
     assert [h.doc.row for h in again.hits] == expected
     assert [h.score for h in again.hits] == pytest.approx(fused[expected].tolist(), abs=1e-4)
+
+
+def _hit(doc_id: str, text: str):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(doc=SimpleNamespace(id=doc_id, text=text))
+
+
+@pytest.mark.parametrize(
+    ("answer", "cited"),
+    [
+        ("Henry Cole", ["a"]),  # held by one passage
+        ("henry  COLE", ["a"]),  # case and spacing ignored
+        ("亨利·科尔", ["b"]),  # no spaces to split on: characters
+        ("Sir Henry Cole", ["a"]),  # reworded: its longest part (10 of 14 characters) is in "a"
+        ("London", ["a", "b"]),  # held by both
+        ("the Louvre in Paris", []),  # in neither
+        ("", []),
+        (None, []),
+    ],
+)
+def test_citations(answer, cited):
+    from service.pipeline import citations
+
+    hits = [
+        _hit("a", "The first director was Henry Cole, in London."),
+        _hit("b", "首任馆长是亨利·科尔。London"),
+    ]
+    assert citations(answer, hits) == cited

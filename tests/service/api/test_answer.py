@@ -16,24 +16,19 @@ from service.models.generation import GeneratorUnavailable, LlamaCppGenerator, O
 from tests.service.conftest import free_port, make_app, running
 
 
-@pytest.fixture(scope="module")
-def gemma(samelang_home):
-    from service.models.gemma_checkpoint import prepare_generator
-
-    return LlamaCppGenerator(prepare_generator(samelang_home))
-
-
 class Completion(BaseModel):
     model: str
     prompt: str
     max_tokens: int = 16
     temperature: float = 0.0
+    stream: bool = False
 
 
 def openai_stub(gen: LlamaCppGenerator, fail_first: int = 0, hold: threading.Event | None = None):
     """A minimal OpenAI-compatible /v1/completions server over the embedded generator; with ``hold``
     each request waits until the event is set (a server that does not answer in time), and
-    ``state.answered`` counts the requests that got past it."""
+    ``state.answered`` counts the requests that got past it. ``stream: true`` streams as vLLM does:
+    one ``data:`` event per decoded piece, with no stop sequence (the client cuts), then ``[DONE]``."""
     app = FastAPI()
     app.state.calls = 0
     app.state.answered = 0
@@ -46,9 +41,27 @@ def openai_stub(gen: LlamaCppGenerator, fail_first: int = 0, hold: threading.Eve
         if hold is not None:
             hold.wait(120)
             app.state.answered += 1
+        if req.stream:
+            return _stream(req)
         text = gen.generate(req.prompt, req.max_tokens)
         return {"id": "cmpl-1", "object": "text_completion", "model": req.model,
                 "choices": [{"index": 0, "text": " " + text, "finish_reason": "stop"}]}  # fmt: skip
+
+    def _stream(req: Completion):
+        import json
+
+        from fastapi.responses import StreamingResponse
+
+        def events():
+            with gen._lock:
+                for c in gen.llm.create_completion(req.prompt, max_tokens=req.max_tokens, temperature=0.0, top_k=1,
+                                                   repeat_penalty=1.0, stream=True):  # fmt: skip
+                    choice = {"index": 0, "text": c["choices"][0]["text"], "finish_reason": None}
+                    chunk = {"id": "cmpl-1", "object": "text_completion", "model": req.model, "choices": [choice]}
+                    yield f"data: {json.dumps(chunk)}\n\n"
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
 
     def _error():
         from fastapi.responses import JSONResponse
@@ -146,3 +159,25 @@ def test_prompt_fits_the_generator_context(gemma):
     # a remote generator (no context limit known here) gets every passage
     kept, prompt = fit_prompt(object(), "Who?", hits, max_tokens=16)
     assert len(kept) == 3
+
+
+def test_the_same_prompt_gets_the_same_answer_whatever_came_before(gemma):
+    # llama.cpp's reuse of the previous request's cache changed these two answers when a prompt came twice
+    from service.pipeline import build_prompt
+
+    en = {p.group: p.text for p in load_xquad(["en"], split="test").paragraphs}
+    for lang in ("en", "zh"):
+        q = load_xquad([lang], split="test").questions[0]
+        prompt = build_prompt(q.text, [en[q.group]])
+        first = gemma.generate(prompt, 16)
+        assert gemma.generate(prompt, 16) == first, lang
+
+
+def test_a_prompt_has_at_most_one_token_per_byte(gemma):
+    # LlamaCppGenerator.fits skips counting tokens below this bound: it must hold in every language
+    from indexes.corpora import XQUAD_LANGS
+
+    texts = [p.text for p in load_xquad(XQUAD_LANGS, split="test").paragraphs]
+    texts += [q.text for q in load_xquad(XQUAD_LANGS, split="test").questions[::40]]
+    slack = [len(t.encode("utf-8")) + 2 - gemma.count_tokens(t) for t in texts]
+    assert min(slack) >= 0, min(slack)

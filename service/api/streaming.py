@@ -1,0 +1,113 @@
+"""Server-sent events for a route whose work yields as it goes (``/answer`` with ``stream: true``).
+
+The work is a plain iterator of ``(event, payload)`` run in a worker thread under the request's
+:class:`~service.work.Budget`, as :func:`service.api.app.bounded` runs a whole call: the events
+cross to the event loop through a queue, and the client reads each one as soon as it exists.
+
+Why the first event is awaited before the response starts: until then the work may still fail
+as any request does (a limit, a spent budget), and the client should get that as a plain JSON
+error with its status code. Once the 200 and the first event are out, a later failure (the
+generator down, the budget spent mid-answer) arrives as an ``error`` event carrying the same body
+a JSON error would. A client that hangs up cancels the budget, so the worker stops at its next
+check (the embedded generator checks after every token) and frees the generator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable, Iterator
+
+from fastapi import Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import StreamingResponse
+
+from ..work import Budget, Cancelled
+from .errors import core_error
+
+_END = object()
+
+
+def sse(event: str, data: dict) -> bytes:
+    """One event in the ``text/event-stream`` format; ASCII JSON, so no text can break a frame."""
+    return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=True, separators=(',', ':'))}\n\n".encode()
+
+
+def _payload(data) -> dict:
+    return data.model_dump(mode="json") if hasattr(data, "model_dump") else data
+
+
+class _Worker:
+    """``work(req)`` running in the thread pool under its own budget; its items (or the exception
+    that ended it, then ``_END``) wait in a queue for the event loop."""
+
+    def __init__(self, request: Request, work: Callable[..., Iterator[tuple[str, object]]], req):
+        self.request, self.state = request, request.app.state
+        self.queue: asyncio.Queue = asyncio.Queue()
+        self.budget = Budget(self.state.settings.request_timeout_s)
+        loop = asyncio.get_running_loop()
+
+        def put(item) -> None:
+            loop.call_soon_threadsafe(self.queue.put_nowait, item)
+
+        def produce() -> None:
+            try:
+                for item in work(req):
+                    put(item)
+            except BaseException as e:  # noqa: BLE001 - handed to the event loop, which answers with it
+                if isinstance(e, Cancelled):  # counted here: a reader who left reads no error event
+                    self.state.metrics.cancelled.labels(e.reason).inc()
+                put(e)
+            put(_END)
+
+        self.state.budgets.add(self.budget)
+        self.state.metrics.in_progress.inc()
+        task = asyncio.ensure_future(run_in_threadpool(self.budget.run, produce))
+        task.add_done_callback(self._finished)  # it always ends: the queue never blocks it, the budget has a deadline
+
+    def _finished(self, _) -> None:
+        self.state.metrics.in_progress.dec()
+        self.state.budgets.discard(self.budget)
+
+    async def next_item(self):
+        """The next item, cancelling the budget if the client leaves while it is awaited."""
+        while True:
+            try:
+                return await asyncio.wait_for(self.queue.get(), timeout=0.1)
+            except TimeoutError:
+                if await self.request.is_disconnected():
+                    self.budget.cancel("disconnected")
+
+
+async def stream_events(request: Request, work: Callable[..., Iterator[tuple[str, object]]], req) -> StreamingResponse:
+    """Run ``work(req)`` in the thread pool and stream what it yields as server-sent events."""
+    worker = _Worker(request, work, req)
+    try:
+        first = await worker.next_item()
+    except BaseException:
+        worker.budget.cancel("disconnected")
+        raise
+    if first is _END:
+        raise RuntimeError("the stream ended before its first event")
+    if isinstance(first, BaseException):
+        raise first
+
+    async def events() -> AsyncIterator[bytes]:
+        item = first
+        try:
+            while item is not _END:
+                if isinstance(item, BaseException):
+                    _, body = core_error(item, request)
+                    item = _END
+                    yield sse("error", body)
+                    return
+                name, data = item
+                yield sse(name, _payload(data))
+                item = await worker.next_item()
+        finally:
+            if item is not _END:  # the client left, or the stream was closed early: stop the work
+                worker.budget.cancel("disconnected")
+
+    # no proxy buffering (nginx), no caching: each event must reach the client when it is sent
+    headers = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+    return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
