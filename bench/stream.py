@@ -83,6 +83,9 @@ def format_stream_table(times: dict[str, list]) -> str:
     lines = ["| what the client waits for | n | p50 ms | p90 ms | p50 / /search p50 |", "|---|---|---|---|---|"]
     for label, key in rows:
         xs = times[key]
+        if not xs:  # e.g. no answer had a first token
+            lines.append(f"| {label} | 0 | - | - | - |")
+            continue
         med = statistics.median(xs)
         lines.append(f"| {label} | {len(xs)} | {med:.0f} | {q(xs, 0.9)} | {med / search_p50:.2f}x |")
     same = sum(times["same"])

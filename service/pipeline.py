@@ -401,6 +401,11 @@ class Pipeline:
     # -- /rerank ----------------------------------------------------------------------------
     def rerank(self, query: str, texts: list[str]) -> np.ndarray:
         """Scores of ``texts`` for ``query`` by the served reranker (limits checked first)."""
+        self.check_rerank(texts)
+        return np.asarray(self.reranker.score(query, texts), dtype=np.float64)
+
+    def check_rerank(self, texts: list[str]) -> None:
+        """The limits of one rerank request: a 422 naming the field and the limit."""
         lim = self.limits
         if len(texts) > min(lim.max_rerank_documents, lim.max_rerank_pairs):
             cap = min(lim.max_rerank_documents, lim.max_rerank_pairs)
@@ -412,7 +417,6 @@ class Pipeline:
                 raise BadRequest(
                     f"documents[{i}].text", f"{len(t)} characters, at most {lim.max_document_chars} per document"
                 )
-        return np.asarray(self.reranker.score(query, texts), dtype=np.float64)
 
     def detect_language(self, text: str) -> str | None:
         det = self.langid.detect(text)

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from indexes.corpora import load_xquad  # noqa: E402
 from service.config import ServiceSettings  # noqa: E402
 from service.models.gemma_checkpoint import prepare_generator  # noqa: E402
-from service.models.generation import STOPS, LlamaCppGenerator, _cut_at_stop  # noqa: E402
+from service.models.generation import LlamaCppGenerator, join_answer, until_stop  # noqa: E402
 from service.pipeline import build_prompt  # noqa: E402
 from service.resources import rss_mb  # noqa: E402
 
@@ -63,7 +63,8 @@ class Transformers:
         with self.torch.inference_mode():
             out = self.model.generate(**inputs, max_new_tokens=max_tokens, do_sample=False,
                                       pad_token_id=self.tok.pad_token_id)  # fmt: skip
-        return _cut_at_stop(self.tok.decode(out[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True), STOPS)
+        text = self.tok.decode(out[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
+        return join_answer(until_stop([text]))
 
 
 def run(name, make, items, max_tokens):

@@ -15,24 +15,47 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import AfterValidator, BaseModel, Field, WithJsonSchema, field_validator
 
-from .protocol import MAX_DOCUMENT_CHARS, MAX_DOCUMENTS, Bool, DocId, Int, Lang, Query, Text, _Strict, text_or
+from .protocol import (
+    _SCHEMA_TEXT,
+    MAX_DOCUMENT_CHARS,
+    MAX_DOCUMENTS,
+    Bool,
+    DocId,
+    Int,
+    Lang,
+    Query,
+    Text,
+    _Strict,
+    _text,
+    text_or,
+)
 
 MAX_EMBEDDING_INPUTS = 2048  # OpenAI's own ceiling; the server's --max-embedding-inputs may be lower
 
 
-EmbeddingText = Annotated[Text, Field(max_length=MAX_DOCUMENT_CHARS)]
+# the length is a string's (checked before the text rules), not a generic "items" bound
+EmbeddingText = Annotated[
+    str, Field(max_length=MAX_DOCUMENT_CHARS, json_schema_extra=_SCHEMA_TEXT), AfterValidator(_text)
+]
+_TEXT_SCHEMA = {"type": "string", "minLength": 1, "maxLength": MAX_DOCUMENT_CHARS, "pattern": r"\S"}
 
 
 class EmbeddingsRequest(_Strict):
     """``POST /v1/embeddings``: OpenAI's request. The vectors are the served bi-encoder's, L2-normalised
     (the index's own metric is their dot product)."""
 
+    # a lone text is taken as a list of one (below), so that an error names one place: input[i]
     input: Annotated[
-        EmbeddingText | Annotated[list[EmbeddingText], Field(min_length=1, max_length=MAX_EMBEDDING_INPUTS)],
-        Field(description="a text, or a list of texts (token ids are refused)"),
-    ]
+        list[EmbeddingText],
+        Field(min_length=1, max_length=MAX_EMBEDDING_INPUTS),
+        WithJsonSchema({
+            "anyOf": [_TEXT_SCHEMA, {"type": "array", "items": _TEXT_SCHEMA, "minItems": 1,
+                                     "maxItems": MAX_EMBEDDING_INPUTS}],
+            "description": "a text, or a list of texts (token ids are refused)",
+        }),
+    ]  # fmt: skip
     model: str = Field(..., max_length=200, description="the served bi-encoder's name (GET /v1/models lists it)")
     encoding_format: Literal["float", "base64"] = Field(
         "float", description="base64: each vector as little-endian float32 bytes (what the OpenAI SDK asks for)"
@@ -58,10 +81,10 @@ class EmbeddingsRequest(_Strict):
                 "token ids are not accepted (they are an OpenAI tokenizer's, not this model's): send text. "
                 "LangChain's OpenAIEmbeddings sends ids unless check_embedding_ctx_length=False"
             )
-        return v
+        return [v] if isinstance(v, str) else v
 
     def texts(self) -> list[str]:
-        return [self.input] if isinstance(self.input, str) else list(self.input)
+        return list(self.input)
 
 
 class Embedding(BaseModel):

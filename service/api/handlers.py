@@ -154,8 +154,8 @@ class Handlers:
         texts = req.texts()
         if len(texts) > lim.max_embedding_inputs:
             raise BadRequest("input", f"{len(texts)} texts, at most {lim.max_embedding_inputs} per request")
-        passages = req.input_type == "passage"
-        vecs = normalise(enc.encode_passages(texts) if passages else enc.encode_queries(texts)).astype("<f4")
+        passages, direct = req.input_type == "passage", enc.unbatched  # up to 256 texts of any length: no batcher
+        vecs = normalise(direct.encode_passages(texts) if passages else direct.encode_queries(texts)).astype("<f4")
         tokens = sum(enc.count_tokens(texts, passages=passages))
         data = [
             C.Embedding(
@@ -170,6 +170,7 @@ class Handlers:
         reranker = self.pipeline.reranker
         self._model(req.model, reranker.name)
         given = docs = req.normalised_documents()
+        self.pipeline.check_rerank([d.text for d in docs])  # the limits hold for the documents as sent
         if req.max_tokens_per_doc is not None:
             docs = [d.model_copy(update={"text": reranker.truncate(d.text, req.max_tokens_per_doc)}) for d in docs]
         results = [

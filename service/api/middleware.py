@@ -15,7 +15,7 @@ OPEN_PATHS = {"/health", "/ready"}  # probes: no secret needed, nothing secret r
 
 
 def is_open(path: str) -> bool:
-    return path in OPEN_PATHS or path == "/audit" or path.startswith("/audit/")
+    return path in OPEN_PATHS or path == "/audit" or path.startswith("/audit/assets/")
 
 
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")

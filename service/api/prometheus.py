@@ -37,6 +37,12 @@ class Metrics:
             buckets=(1, 2, 4, 8, 16, 32, 64),
         )
 
+        self.stream_errors = Counter(
+            "samelang_stream_errors",
+            "streamed responses that ended with an error event (their status was already 200), by error",
+            ["error"],
+            registry=self.registry,
+        )
         self.cancelled = Counter(
             "samelang_work_cancelled",
             "requests whose model work was stopped (deadline, disconnected, shutdown)",

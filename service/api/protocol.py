@@ -260,7 +260,7 @@ class AnswerTokenEvent(BaseModel):
 
 
 class AnswerTiming(BaseModel):
-    retrieval_ms: float = Field(description="from the request's start to the passages")
+    retrieval_ms: float = Field(description="from the start of the request's work (body parsed) to the passages")
     first_token_ms: float | None = Field(description="to the first piece of the answer (null: none came)")
     total_ms: float
 

@@ -126,6 +126,13 @@ class Encoder:
     def encode_passages(self, texts: list[str], progress: bool = False) -> np.ndarray:
         return self._encode(texts, self._passage_prompt, progress)
 
+    @property
+    def unbatched(self) -> Encoder:
+        """This encoder past any micro-batcher wrapped around it (:mod:`service.batching`): for callers
+        with many or long texts, which gain nothing from waiting and would hold up the short queries
+        queued behind them."""
+        return self
+
     def count_tokens(self, texts: list[str], passages: bool = False) -> list[int]:
         """Tokens each text is encoded as, prompt and special tokens included (after truncation)."""
         prompt = self._passage_prompt if passages else self._query_prompt

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import httpx
@@ -41,6 +41,8 @@ def until_stop(pieces: Iterable[str]) -> Iterator[str]:
     text's first non-blank line, stripped."""
     started = False
     for piece in pieces:
+        if not piece:  # llama.cpp ends its stream with an empty chunk: no event for nothing
+            continue
         if not started:
             piece = piece.lstrip()
             if not piece:
@@ -170,15 +172,21 @@ class OpenAIGenerator:
     def generate(self, prompt: str, max_tokens: int) -> str:
         """The whole answer: :meth:`stream` joined. One request path for both, so that a streamed answer
         and a waited-for one are the same text; and streaming lets the client hang up at the stop, which
-        a server given no stop sequence would otherwise generate past until ``max_tokens``."""
-        return join_answer(self.stream(prompt, max_tokens))
+        a server given no stop sequence would otherwise generate past until ``max_tokens``. Nobody has
+        seen the pieces yet, so a stream that breaks off is retried from the start."""
+        pieces: list[str] = []
+        for piece in self._pieces(prompt, max_tokens, restart=pieces.clear):
+            pieces.append(piece)
+        return join_answer(pieces)
 
     def stream(self, prompt: str, max_tokens: int) -> Iterator[str]:
         """The answer's text pieces as the server streams them (``stream: true``: server-sent events,
-        as vLLM and OpenAI send them). A failure before the first piece is retried like
-        :meth:`generate`; after it, retrying would repeat text the reader already has, so it raises."""
-        from httpx_sse import EventSource
+        as vLLM and OpenAI send them). A failure before the first piece is retried; after it, retrying
+        would repeat text the reader already has, so it raises."""
+        return self._pieces(prompt, max_tokens, restart=None)
 
+    def _pieces(self, prompt: str, max_tokens: int, restart: Callable[[], None] | None) -> Iterator[str]:
+        """The pieces, with retries; ``restart`` (or ``None``: raise) when a started stream breaks off."""
         body = {"model": self.model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0, "stream": True}
         last: Exception | None = None
         for attempt in range(self.retries + 1):
@@ -187,12 +195,7 @@ class OpenAIGenerator:
                 work.check()
                 with self._client.stream("POST", "/v1/completions", json=body,
                                          timeout=work.remaining(self.timeout)) as r:  # fmt: skip
-                    if r.status_code >= 400:
-                        r.read()
-                        kind = "answered" if r.status_code >= 500 else "refused the request"
-                        raise GeneratorUnavailable(f"{self.base_url} {kind} ({r.status_code}): {r.text[:200]}")
-                    texts = (e.json()["choices"][0]["text"] for e in EventSource(r).iter_sse() if e.data != "[DONE]")
-                    for piece in until_stop(texts):
+                    for piece in until_stop(self._texts(r)):
                         started = True
                         yield piece
                         work.check()
@@ -203,13 +206,33 @@ class OpenAIGenerator:
                     break
             except (httpx.HTTPError, KeyError, IndexError, ValueError) as e:
                 if started:
-                    raise GeneratorUnavailable(f"the stream from {self.base_url} broke off: {e}") from e
+                    if restart is None:
+                        raise GeneratorUnavailable(f"the stream from {self.base_url} broke off: {e}") from e
+                    restart()
                 last = e
             if attempt < self.retries:
                 time.sleep(min(self.backoff * 2**attempt, work.remaining(self.backoff * 2**attempt)))
         raise GeneratorUnavailable(
             f"generator at {self.base_url} unavailable after {self.retries + 1} attempts: {last}"
         ) from last
+
+    def _texts(self, r: httpx.Response) -> Iterator[str]:
+        """The completion's text as it arrives: server-sent events, or one JSON body from a server
+        that does not stream."""
+        from httpx_sse import EventSource
+
+        if r.status_code >= 400:
+            r.read()
+            kind = "answered" if r.status_code >= 500 else "refused the request"  # refused: retrying will not help
+            raise GeneratorUnavailable(f"{self.base_url} {kind} ({r.status_code}): {r.text[:200]}")
+        if r.headers.get("content-type", "").startswith("application/json"):
+            r.read()
+            yield r.json()["choices"][0]["text"]
+            return
+        for e in EventSource(r).iter_sse():
+            if e.data == "[DONE]":
+                return
+            yield e.json()["choices"][0]["text"]
 
     def close(self) -> None:
         self._client.close()

@@ -52,13 +52,20 @@ def openai_stub(gen: LlamaCppGenerator, fail_first: int = 0, hold: threading.Eve
 
         from fastapi.responses import StreamingResponse
 
+        # decoded whole under the model's lock (from a clean context, as LlamaCppGenerator does), then sent
+        # piece by piece: the lock is never held by a stream that its client abandoned
+        with gen._lock:
+            gen.llm.reset()
+            chunks = gen.llm.create_completion(
+                req.prompt, max_tokens=req.max_tokens, temperature=0.0, top_k=1, repeat_penalty=1.0, stream=True
+            )
+            texts = [c["choices"][0]["text"] for c in chunks]
+
         def events():
-            with gen._lock:
-                for c in gen.llm.create_completion(req.prompt, max_tokens=req.max_tokens, temperature=0.0, top_k=1,
-                                                   repeat_penalty=1.0, stream=True):  # fmt: skip
-                    choice = {"index": 0, "text": c["choices"][0]["text"], "finish_reason": None}
-                    chunk = {"id": "cmpl-1", "object": "text_completion", "model": req.model, "choices": [choice]}
-                    yield f"data: {json.dumps(chunk)}\n\n"
+            for text in texts:
+                choice = {"index": 0, "text": text, "finish_reason": None}
+                chunk = {"id": "cmpl-1", "object": "text_completion", "model": req.model, "choices": [choice]}
+                yield f"data: {json.dumps(chunk)}\n\n"
             yield "data: [DONE]\n\n"
 
         return StreamingResponse(events(), media_type="text/event-stream")

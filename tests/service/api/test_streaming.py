@@ -147,3 +147,22 @@ def test_a_reader_who_leaves_stops_the_generation(service_settings, pipeline, ge
         # the embedded generator is free again: a next answer is not stuck behind the abandoned one
         r = httpx.post(f"{url}/answer", json={"query": zh_question().text, "max_tokens": 8}, timeout=300)
         assert r.status_code == 200 and r.json()["answer"], r.text
+
+
+def test_a_stream_past_its_budget_ends_with_an_error_event(service_settings, pipeline, gemma):
+    # the generation is held after its first token and never checks its budget: the stream still ends at
+    # the deadline (plus a grace) with the 503's body as its last event, and the work stops once released
+    gate = Gate(gemma)
+    gate.passages_received.set()
+    cfg = service_settings.model_copy(update={"request_timeout_s": 1.0})
+    app = make_app(cfg, pipeline, generator=gate)
+    with running(app) as url:
+        events = read_stream(url, {"query": zh_question().text, "max_tokens": 32})
+        gate.token_received.set()
+        wait_for(lambda: 'cancelled_total{reason="deadline"} 1.0' in httpx.get(f"{url}/metrics").text,
+                 "the held generation stopped at its next check")  # fmt: skip
+        metrics = httpx.get(f"{url}/metrics").text
+    names = [n for n, _ in events]  # a token, unless the prompt's evaluation alone outlasted the budget
+    assert names[0] == "passages" and names[-1] == "error" and set(names[1:-1]) <= {"token"}, names
+    assert events[-1][1]["error"] == "time_budget_exceeded" and "1 s is spent" in events[-1][1]["detail"]
+    assert 'samelang_stream_errors_total{error="time_budget_exceeded"} 1.0' in metrics
