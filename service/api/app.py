@@ -397,9 +397,11 @@ def _openapi_with_limits(app: FastAPI, cfg: ServiceSettings):
 
 
 @contextmanager
-def serve_in_thread(app: FastAPI, host: str = "127.0.0.1", start_timeout: float = 120.0):
+def serve_in_thread(app: FastAPI, host: str = "127.0.0.1", start_timeout: float = 900.0):
     """Serve ``app`` with uvicorn on a free loopback port in a daemon thread; yields its base URL
-    (tests and ``samelang eval pipeline`` talk to a real HTTP server this way)."""
+    (tests and ``samelang eval pipeline`` talk to a real HTTP server this way). ``start_timeout``
+    only catches a start that hangs: an app that loads its models at start-up may first export
+    them to ONNX (the int8 encoder and a cross-encoder: minutes on 2 busy cores)."""
     import socket
     import threading
 
