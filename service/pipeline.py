@@ -209,9 +209,9 @@ class Pipeline:
         det = self.langid.detect(query)
         return (det.lang, True, det.confidence) if det else (None, True, 0.0)
 
-    def _faiss(self, qvecs: np.ndarray, k: int):
+    def _vector_search(self, qvecs: np.ndarray, k: int, langs: Sequence[str] | None = None):
         p = self.search_params
-        return self.index.search(qvecs, k, ef_search=p.ef_search, nprobe=p.nprobe)
+        return self.index.search(qvecs, k, ef_search=p.ef_search, nprobe=p.nprobe, langs=langs)
 
     def _hybrid_rows(self, qvec: np.ndarray, k: int, langs, lexical: LexicalQuery | None):
         """The ``k`` best rows by the retriever's score: the cosine, or with ``lexical`` the hybrid
@@ -254,16 +254,17 @@ class Pipeline:
         dense.update(zip(rows, (vecs @ normalise(qvec)[0]).astype(np.float64).tolist()))
 
     def _search_rows(self, qvecs: np.ndarray, k: int, langs: Sequence[str] | None):
-        """FAISS search with an optional document-language filter (over-fetch until k pass)."""
+        """Vector search with an optional document-language filter: in the store where it filters
+        (Milvus), else by over-fetching until k pass (FAISS)."""
         n = self.index.size
-        if not langs:
-            return self._faiss(qvecs, min(k, n))
+        if not langs or self.index.filters_langs:
+            return self._vector_search(qvecs, min(k, n), langs)
         allowed = np.isin(self._doc_langs, list(langs))
         if not allowed.any():
             return np.zeros((len(qvecs), 0), np.float32), np.zeros((len(qvecs), 0), np.int64)
         depth = min(n, max(k * 4, 64))
         while True:
-            scores, rows = self._faiss(qvecs, depth)
+            scores, rows = self._vector_search(qvecs, depth)
             keep = (rows >= 0) & allowed[np.clip(rows, 0, n - 1)]
             if depth >= n or (keep.sum(axis=1) >= k).all():
                 break

@@ -56,7 +56,8 @@ def load_components(cfg: ServiceSettings) -> Components:
         encoder = Encoder(cfg.model or default_biencoder(cfg.home), device=device, home=cfg.home, options=options)
     with ledger.measure("index"):
         set_search_threads(cfg.search_threads)  # why 1: see Settings.search_threads
-        index: OpenIndex = open_index(cfg.index or default_index_path(cfg), encoder.info, use_gpu=cfg.use_gpu_index)
+        path = cfg.index or default_index_path(cfg)
+        index: OpenIndex = open_index(path, encoder.info, use_gpu=cfg.use_gpu_index, uri=cfg.milvus_uri)
         if getattr(index, "lexical", None) is not None:
             encoder.analyzer  # noqa: B018  (built here, so that its cost is the index's, not a first request's)
     reranker_path = default_reranker(cfg.reranker, cfg.home)
@@ -151,6 +152,7 @@ def describe(pipeline: Pipeline, cfg: ServiceSettings) -> dict:
             "path": str(index.path),
             "generation": index.generation,
             "on_gpu": index.on_gpu,
+            "store": index.store.kind,
             "faiss": _faiss_build(),
         },  # fmt: skip
         "audit": {  # what GET /audit offers: XQuAD pairs of languages the index holds
@@ -250,7 +252,8 @@ def reload_index(app: FastAPI) -> bool:
         pipeline = app.state.handlers.pipeline
         if live_identity(pipeline.index.path) == pipeline.index.identity:
             return False
-        index = open_index(pipeline.index.path, pipeline.encoder.info, use_gpu=app.state.settings.use_gpu_index)
+        cfg = app.state.settings
+        index = open_index(pipeline.index.path, pipeline.encoder.info, use_gpu=cfg.use_gpu_index, uri=cfg.milvus_uri)
         if index.identity == pipeline.index.identity:
             index.close()
             return False

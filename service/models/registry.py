@@ -89,10 +89,11 @@ def default_generator_path(home: Path) -> Path:
     return generator_gguf(home)
 
 
-def demo_index_path(home: Path, langs: str, fingerprint: str, variant: str = "fp32") -> Path:
+def demo_index_path(home: Path, langs: str, fingerprint: str, variant: str = "fp32", store: str = "faiss") -> Path:
     """Where the demo index of one encoder at one precision variant lives (an int8 index holds int8
-    passage vectors: another index, so that what is served does not depend on what ran before)."""
-    tag = "" if variant == "fp32" else f"-{variant}"
+    passage vectors: another index, so that what is served does not depend on what ran before); one
+    whose vectors are in Milvus is another folder again."""
+    tag = ("" if variant == "fp32" else f"-{variant}") + ("" if store == "faiss" else f"-{store}")
     return Path(home) / "indexes" / f"xquad-{'-'.join(check_langs(langs))}-{fingerprint[:12]}{tag}"
 
 
@@ -102,7 +103,7 @@ def default_index_path(cfg) -> Path:
 
     model = cfg.model or default_biencoder(cfg.home)
     precision = resolve(cfg.engine_options(), cfg.torch_device(), Path(model)).precision
-    return demo_index_path(cfg.home, cfg.demo_langs, model_fingerprint(model), precision_variant(precision))
+    return demo_index_path(cfg.home, cfg.demo_langs, model_fingerprint(model), precision_variant(precision), cfg.store)
 
 
 def demo_index_ready(path: Path) -> bool:
@@ -113,10 +114,14 @@ def demo_index_ready(path: Path) -> bool:
         return False
 
 
-def ensure_demo_index(home: Path, langs: str, encoder, log=print, embed=None) -> Path:
+def ensure_demo_index(home: Path, langs: str, encoder, log=print, embed=None, store=None) -> Path:
     """Build (once) the bundled demo index: all 240 XQuAD paragraphs per language (``embed``: the
-    passages' vectors when the caller has them already, by the same encoder)."""
-    out = demo_index_path(home, langs, encoder.fingerprint, getattr(encoder, "cache_tag", "fp32"))
+    passages' vectors when the caller has them already, by the same encoder; ``store``: a
+    :class:`~indexes.stores.StoreSpec`, FAISS by default)."""
+    from indexes.stores import StoreSpec
+
+    store = store or StoreSpec()
+    out = demo_index_path(home, langs, encoder.fingerprint, getattr(encoder, "cache_tag", "fp32"), store.kind)
     if demo_index_ready(out):
         return out
     if out.exists():
@@ -125,6 +130,6 @@ def ensure_demo_index(home: Path, langs: str, encoder, log=print, embed=None) ->
     log(f"samelang: building the demo index ({len(docs)} XQuAD paragraphs, {langs}) into {out} ...")
     build_index(
         out, docs, embed or encoder.encode_passages, encoder.info, source=f"xquad:{langs}:all",
-        analyzer=encoder.analyzer,
+        analyzer=encoder.analyzer, store=store,
     )  # fmt: skip
     return out
