@@ -72,8 +72,18 @@ def index_build(cfg: IndexBuildOptions) -> None:
     enc = _encoder(cfg)
     detect = (lambda texts: get_identifier().detect_many(texts)) if any(not d.lang for d in docs) else None
     analyzer = enc.analyzer if cfg.lexical else None
+    embed = enc.encode_passages
+    if cfg.engine == "ray":  # embedded up front by Ray Data; the writer looks each text's vector up
+        import numpy as np
+
+        from .bulk import embed_with_ray
+
+        texts = [d.text for d in docs]
+        vecs = embed_with_ray(texts, enc.path, enc.dim, cfg.home, enc.precision, cfg.actors, cfg.batch_size)
+        by_text = dict(zip(texts, vecs))
+        embed = lambda batch: np.stack([by_text[t] for t in batch])  # noqa: E731
     manifest = build_index(
-        cfg.out, docs, enc.encode_passages, enc.info, spec, detect, cfg.batch_size, source, analyzer=analyzer,
+        cfg.out, docs, embed, enc.info, spec, detect, cfg.batch_size, source, analyzer=analyzer,
         store=cfg.store_spec(),
     )  # fmt: skip
     typer.echo(json.dumps({"out": str(cfg.out), "n_docs": manifest["n_docs"], "counts": manifest["counts_per_lang"],

@@ -134,6 +134,12 @@ class IndexBuildOptions(IndexOptions, StoreOptions):
     )
     hnsw_m: int = Field(32, ge=2, description="HNSW links per vector.")
     lexical: bool = Field(True, description="Also write the lexical (BM25) half that hybrid retrieval needs.")
+    engine: Literal["local", "ray"] = Field(
+        "local",
+        description="Who embeds: this process, or Ray Data actors (extra 'ray'; RAY_ADDRESS names a cluster, else "
+        "a local Ray; GPU actors where it has GPUs).",
+    )
+    actors: int | None = Field(None, ge=1, description="Ray actors embedding (default: one per GPU, else per 2 CPUs).")
     ivf_nlist: int = Field(0, ge=0, description="IVF lists (0: about 4*sqrt(n)).")
 
     @model_validator(mode="after")
