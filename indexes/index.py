@@ -527,6 +527,48 @@ def _add_locked(path, docs, embed, model, detect, batch_size, analyzer=None, uri
     return manifest
 
 
+def export_index(src: Path, out: Path, store: StoreSpec) -> dict:
+    """A copy of the index at ``src`` whose vectors are in ``store`` (e.g. a FAISS index moved into
+    Milvus): the same documents, rows, lexical half and model; the vectors are the stored ones, not
+    embedded again. ``out`` is written atomically, as a build."""
+    src = Path(src)
+    gen = current_generation(src)
+    manifest = json.loads((gen / "manifest.json").read_text())
+    opened = open_index(src)
+    try:
+        n, dim = opened.size, int(manifest["dim"])
+        vecs = opened.vectors(list(range(n)))
+        if vecs is None:
+            raise ValueError(f"the index at {src} cannot give its vectors back (a GPU copy or an IVF index without "
+                             "a direct map): build the new one with `samelang index build --store ...`")  # fmt: skip
+        stored = opened.docs.get_rows(list(range(n)))
+    finally:
+        opened.close()
+    build_id = uuid.uuid4().hex
+    if store.kind == "milvus":
+        record = {"kind": "milvus", "uri": store.resolved_uri(), "collection": f"samelang_{build_id}"}
+        index = None
+    else:
+        record, index = {"kind": "faiss"}, V.new_index(V.IndexSpec(**manifest["index"]), dim, train_vectors=vecs)
+        V.add_vectors(index, vecs, np.arange(n))
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    manifest = dict(manifest, build_id=build_id, generation=1, store=record, updated_at=now, exported_from=str(src))
+    with writer_lock(out), atomic_dir(Path(out)) as tmp:
+        if index is None:
+            MilvusStore.create(record["uri"], record["collection"], dim, V.IndexSpec(**manifest["index"]))
+            _upsert(record, vecs, stored)
+        new = tmp / _gen_name(1)
+        new.mkdir()
+        shutil.copyfile(gen / "docs.sqlite", new / "docs.sqlite")
+        if (gen / LEXICAL).is_dir():
+            shutil.copytree(gen / LEXICAL, new / LEXICAL)
+        if index is not None:
+            V.write(index, new / "vectors.faiss")
+        (new / "manifest.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False))
+        (tmp / CURRENT).write_text(new.name)
+    return manifest
+
+
 def index_info(path: Path) -> dict:
     gen = current_generation(Path(path))
     info = json.loads((gen / "manifest.json").read_text())
@@ -539,6 +581,6 @@ def index_info(path: Path) -> dict:
 __all__ = [
     "CURRENT", "AnalyzerMismatch", "IndexBusy", "IndexModelMismatch", "IndexNotFound", "ModelInfo", "OpenIndex",
     "StoreSpec",
-    "add_documents", "build_index", "live_identity", "writer_lock",
+    "add_documents", "build_index", "export_index", "live_identity", "writer_lock",
     "check_model", "current_generation", "index_info", "open_index", "read_index_manifest",
 ]  # fmt: skip

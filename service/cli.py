@@ -8,7 +8,15 @@ from pathlib import Path
 import typer
 
 from . import options
-from .config import IndexAddOptions, IndexBuildOptions, IndexOptions, ModelsOptions, ServiceSettings, settings
+from .config import (
+    IndexAddOptions,
+    IndexBuildOptions,
+    IndexExportOptions,
+    IndexOptions,
+    ModelsOptions,
+    ServiceSettings,
+    settings,
+)
 
 models_app = typer.Typer(help="Prepare the bundled models (no model hub needed).", no_args_is_help=True)
 
@@ -105,6 +113,18 @@ def index_add(cfg: IndexAddOptions) -> None:
         analyzer=enc.analyzer, uri=cfg.milvus_uri,
     )  # fmt: skip
     typer.echo(json.dumps({"path": str(cfg.path), "n_docs": manifest["n_docs"], "generation": manifest["generation"]}))
+
+
+@index_app.command("export")
+@options.command(IndexExportOptions)
+def index_export(cfg: IndexExportOptions) -> None:
+    """Copy an index into another vector store (e.g. a FAISS index into Milvus: --to milvus --uri URI),
+    with its stored vectors: nothing is embedded again."""
+    from indexes.index import export_index
+    from indexes.stores import StoreSpec
+
+    manifest = export_index(cfg.path, cfg.out, StoreSpec(cfg.export_to, cfg.milvus_uri))
+    typer.echo(json.dumps({"out": str(cfg.out), "n_docs": manifest["n_docs"], "store": manifest["store"]}))
 
 
 @index_app.command("info")

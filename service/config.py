@@ -160,6 +160,20 @@ class IndexAddOptions(IndexOptions):
     input: Path = Field(description="JSONL documents to add.")
 
 
+class IndexExportOptions(MilvusOptions):
+    """Options of ``samelang index export``."""
+
+    path: Path = Field(
+        validation_alias="SAMELANG_INDEX", description="Index folder to copy.", json_schema_extra={"cli_argument": True}
+    )
+    out: Path = Field(validation_alias="SAMELANG_INDEX_OUT", description="Folder of the copy.")
+    export_to: Literal["faiss", "milvus"] = Field(
+        "milvus",
+        description="The copy's vector store (milvus needs --uri).",
+        json_schema_extra={"cli_aliases": ["--to"]},
+    )
+
+
 class ServiceSettings(StoreOptions):
     """Options of ``samelang serve`` (each also ``SAMELANG_<NAME>``)."""
 

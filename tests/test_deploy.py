@@ -60,6 +60,30 @@ def test_train_profile_adds_a_trainer_on_all_gpus():
     assert train["environment"]["SAMELANG_TRAIN_PRECISION"] == "bf16"
 
 
+@pytest.mark.parametrize("env_file", [None, str(ROOT / ".env.example")])
+def test_scale_profile_runs_api_replicas_over_milvus_standalone(env_file):
+    c = compose_config("--profile", "scale", env_file=env_file)
+    s = c["services"]
+    assert set(s) == {"api", "vllm", "milvus", "milvus-etcd", "milvus-minio", "api-scale"}
+    for name in ("milvus", "milvus-etcd", "milvus-minio"):
+        image = s[name]["image"]
+        assert ":" in image and not image.endswith(":latest"), image  # pinned
+        assert s[name]["healthcheck"]["test"] and s[name]["restart"] == "unless-stopped"
+    assert {k: v["condition"] for k, v in s["milvus"]["depends_on"].items()} == {
+        "milvus-etcd": "service_healthy", "milvus-minio": "service_healthy"}  # fmt: skip
+    assert "9091/healthz" in " ".join(s["milvus"]["healthcheck"]["test"])
+    api, plain = s["api-scale"], s["api"]
+    assert api["environment"]["SAMELANG_STORE"] == "milvus"
+    assert api["environment"]["SAMELANG_MILVUS_URI"] == "http://milvus:19530"
+    # the replicas are the api service with Milvus as their store: the same image and settings otherwise
+    assert api["image"] == plain["image"]
+    assert {k: v for k, v in api["environment"].items() if not k.startswith(("SAMELANG_STORE", "SAMELANG_MILVUS"))} \
+        == plain["environment"]  # fmt: skip
+    assert api["deploy"]["replicas"] == 2 and api["deploy"]["resources"] == plain["deploy"]["resources"]
+    assert api["depends_on"]["milvus"]["condition"] == "service_healthy"
+    assert api["ports"][0]["published"] == "8010-8011"  # one host port per replica
+
+
 def test_env_example_documents_every_variable_compose_reads():
     import re
 

@@ -123,3 +123,29 @@ def test_add_without_rebuild_and_a_crash_before_the_switch(tmp_path, encoder, do
     scores, rows = idx.search(encoder.encode_queries(["le plus grand musée d'art"]), 2)
     assert set(rows[0].tolist()) == {20, 21} and idx.size == 22
     idx.close()
+
+
+def test_a_faiss_index_moves_into_milvus(tmp_path, built, encoder, base_model_path, samelang_home):
+    """``samelang index export --to milvus``: the same documents and vectors, searched alike; nothing
+    is embedded again."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "SAMELANG_HOME": str(samelang_home), "PYTHONPATH": str(repo)}
+    out, uri = tmp_path / "moved", tmp_path / "moved.db"
+    cmd = [sys.executable, "-m", "samelang", "index", "export", str(built["faiss"]), "--out", str(out), "--to",
+           "milvus", "--uri", str(uri)]  # fmt: skip
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["store"]["kind"] == "milvus"
+    f, m = open_index(built["faiss"], encoder.info), open_index(out, encoder.info)
+    assert m.size == f.size == 240 and m.manifest["exported_from"] == str(built["faiss"])
+    np.testing.assert_allclose(m.vectors(list(range(240))), f.vectors(list(range(240))), atol=1e-6)
+    qv = encoder.encode_queries(["Who founded the museum?", "谁建立了博物馆？"])
+    assert (f.search(qv, 5)[1] == m.search(qv, 5)[1]).all()
+    assert (m.lexical is None) == (f.lexical is None) and m.docs.get_rows([7])[0].text == f.docs.get_rows([7])[0].text
+    f.close(), m.close()

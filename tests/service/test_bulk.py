@@ -36,17 +36,24 @@ def test_ray_embedding_equals_the_single_process_one(base_model_path, samelang_h
 
 
 def test_index_build_with_the_ray_engine(tmp_path, base_model_path, samelang_home):
-    """The CLI end to end on a local Ray: the index holds the same vectors as a local build."""
+    """The CLI end to end on a local Ray, into FAISS and into Milvus (milvus-lite): the same vectors as
+    a local build."""
     env = {**os.environ, "SAMELANG_HOME": str(samelang_home), "PYTHONPATH": str(REPO)}
     common = ["--corpus", "xquad", "--langs", "en", "--split", "test", "--model", str(base_model_path),
               "--precision", "fp32", "--no-lexical"]  # fmt: skip
-    for engine in ("local", "ray"):
-        cmd = [sys.executable, "-m", "samelang", "index", "build", "--out", str(tmp_path / engine), "--engine", engine,
-               *common]  # fmt: skip
+    builds = {"local": [], "ray": [], "ray-milvus": ["--store", "milvus", "--uri", str(tmp_path / "ray.db")]}
+    for name, extra in builds.items():
+        engine = name.split("-")[0]
+        cmd = [sys.executable, "-m", "samelang", "index", "build", "--out", str(tmp_path / name), "--engine", engine,
+               *common, *extra]  # fmt: skip
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
         assert proc.returncode == 0, proc.stderr[-3000:]
-        assert json.loads(proc.stdout.strip().splitlines()[-1])["n_docs"] == 80
-    a, b = open_index(tmp_path / "local"), open_index(tmp_path / "ray")
-    va, vb = a.vectors(list(range(80))), b.vectors(list(range(80)))
-    assert np.abs(va - vb).max() <= 1e-5
-    a.close(), b.close()
+        out = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert out["n_docs"] == 80 and out["store"]["kind"] == ("milvus" if extra else "faiss")
+    vectors = {}
+    for name in builds:
+        idx = open_index(tmp_path / name)
+        vectors[name] = idx.vectors(list(range(80)))
+        idx.close()
+    assert np.abs(vectors["local"] - vectors["ray"]).max() <= 1e-5
+    assert np.abs(vectors["local"] - vectors["ray-milvus"]).max() <= 1e-5
