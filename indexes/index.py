@@ -345,11 +345,7 @@ def build_index(
     stored = _prepare_docs(docs, 0, detect)
     vecs = _embed_all([d.text for d in docs], embed, model.dim, batch_size, "embedding documents")
     build_id = uuid.uuid4().hex  # a rebuild restarts at generation 1: readers tell builds apart by this
-    if store.kind == "milvus":
-        index, record = None, {"kind": "milvus", "uri": store.resolved_uri(), "collection": f"samelang_{build_id}"}
-    else:
-        index, record = V.new_index(spec, model.dim, train_vectors=vecs), {"kind": "faiss"}
-        V.add_vectors(index, vecs, np.arange(len(docs)))
+    index, record = _new_store(store, spec, model.dim, vecs, build_id)
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     manifest = {
         "format_version": FORMAT_VERSION,
@@ -367,14 +363,28 @@ def build_index(
     if analyzer is not None:
         manifest["lexical"] = _lexical_record(analyzer[0])
     with writer_lock(out), atomic_dir(out) as tmp:
-        if index is None:
-            MilvusStore.create(record["uri"], record["collection"], model.dim, spec)
-            _upsert(record, vecs, stored)
+        _fill_milvus(record, spec, model.dim, vecs, stored)
         gen = tmp / _gen_name(1)
         gen.mkdir()
         manifest = _write_generation(gen, index, None, stored, manifest, analyzer[1] if analyzer else None)
         (tmp / CURRENT).write_text(gen.name)
     return manifest
+
+
+def _new_store(store: StoreSpec, spec: V.IndexSpec, dim: int, vecs: np.ndarray, build_id: str):
+    """(FAISS index holding ``vecs`` at rows 0.., or ``None`` for Milvus, and the manifest's store record)."""
+    if store.kind == "milvus":
+        return None, {"kind": "milvus", "uri": store.resolved_uri(), "collection": f"samelang_{build_id}"}
+    index = V.new_index(spec, dim, train_vectors=vecs)
+    V.add_vectors(index, vecs, np.arange(len(vecs)))
+    return index, {"kind": "faiss"}
+
+
+def _fill_milvus(record: dict, spec: V.IndexSpec, dim: int, vecs: np.ndarray, stored: list[StoredDoc]) -> None:
+    """A new build's Milvus collection, with its rows (a no-op for a FAISS record)."""
+    if record["kind"] == "milvus":
+        MilvusStore.create(record["uri"], record["collection"], dim, spec)
+        _upsert(record, vecs, stored)
 
 
 def _upsert(record: dict, vecs: np.ndarray, stored: list[StoredDoc]) -> None:
@@ -545,18 +555,12 @@ def export_index(src: Path, out: Path, store: StoreSpec) -> dict:
     finally:
         opened.close()
     build_id = uuid.uuid4().hex
-    if store.kind == "milvus":
-        record = {"kind": "milvus", "uri": store.resolved_uri(), "collection": f"samelang_{build_id}"}
-        index = None
-    else:
-        record, index = {"kind": "faiss"}, V.new_index(V.IndexSpec(**manifest["index"]), dim, train_vectors=vecs)
-        V.add_vectors(index, vecs, np.arange(n))
+    spec = V.IndexSpec(**manifest["index"])
+    index, record = _new_store(store, spec, dim, vecs, build_id)
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     manifest = dict(manifest, build_id=build_id, generation=1, store=record, updated_at=now, exported_from=str(src))
     with writer_lock(out), atomic_dir(Path(out)) as tmp:
-        if index is None:
-            MilvusStore.create(record["uri"], record["collection"], dim, V.IndexSpec(**manifest["index"]))
-            _upsert(record, vecs, stored)
+        _fill_milvus(record, spec, dim, vecs, stored)
         new = tmp / _gen_name(1)
         new.mkdir()
         shutil.copyfile(gen / "docs.sqlite", new / "docs.sqlite")
