@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 SECTIONS = ("build", "scale", "embed", "rerank", "http", "memory", "peers", "stream")
-ON_REQUEST = ("soak", "scale-10m")  # run only when named
+ON_REQUEST = ("soak", "scale-10m", "milvus")  # run only when named
 
 
 def bench(

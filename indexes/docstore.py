@@ -1,4 +1,9 @@
-"""SQLite docstore: one row per document, ``row`` = the document's FAISS id."""
+"""SQLite docstore: one row per document, ``row`` = the document's FAISS id.
+
+Rows are positions: per-row arrays (languages, groups, BM25 scores) are indexed by them. A deleted
+document's row leaves the table (its text is gone, its id free to be added again) but is never given
+to another document: the index's row space (``n_rows`` in the manifest) only grows, and the per-row
+readers below fill a deleted row with ``None`` (or an empty text)."""
 
 from __future__ import annotations
 
@@ -97,16 +102,37 @@ class DocStore:
     def existing_ids(self, ids: list[str]) -> set[str]:
         return set(self.rows_for_ids(ids))
 
-    def langs(self) -> list[str | None]:
-        """Language of every row, in row order."""
-        return [r[0] for r in self._db.execute("SELECT lang FROM docs ORDER BY row")]
+    def _by_row(self, column: str, n_rows: int | None, empty=None) -> list:
+        out = [empty] * max(n_rows or 0, self.max_row() + 1)
+        for row, value in self._db.execute(f"SELECT row, {column} FROM docs"):
+            out[row] = value
+        return out
 
-    def groups(self) -> list[str | None]:
-        """Parallel group of every row, in row order (``None``: the document stands alone)."""
-        return [r[0] for r in self._db.execute("SELECT grp FROM docs ORDER BY row")]
+    def langs(self, n_rows: int | None = None) -> list[str | None]:
+        """Language of every row, by position (``None``: unknown, or a deleted row), at least ``n_rows`` long."""
+        return self._by_row("lang", n_rows)
+
+    def groups(self, n_rows: int | None = None) -> list[str | None]:
+        """Parallel group of every row, by position (``None``: the document stands alone, or was deleted)."""
+        return self._by_row("grp", n_rows)
+
+    def texts(self, n_rows: int | None = None) -> list[str]:
+        """Text of every row, by position (``""`` for a deleted row: BM25 gives it no score)."""
+        return self._by_row("text", n_rows, empty="")
+
+    def rows(self) -> list[int]:
+        """The rows of the documents, in order."""
+        return [r[0] for r in self._db.execute("SELECT row FROM docs ORDER BY row")]
+
+    def delete_rows(self, rows: list[int]) -> None:
+        with self._db:
+            self._db.executemany("DELETE FROM docs WHERE row = ?", [(int(r),) for r in rows])
 
     def lang_counts(self) -> dict[str, int]:
-        return dict(Counter(lang or "und" for lang in self.langs()))
+        counts = Counter()
+        for lang, n in self._db.execute("SELECT lang, COUNT(*) FROM docs GROUP BY lang"):
+            counts[lang or "und"] += n
+        return dict(counts)
 
     def max_row(self) -> int:
         r = self._db.execute("SELECT MAX(row) FROM docs").fetchone()[0]

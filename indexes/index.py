@@ -24,6 +24,7 @@ later writer once its readers are gone.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -48,7 +49,7 @@ from .corpora.records import Document
 from .docstore import DocStore, StoredDoc
 from .lexical import FOLDER as LEXICAL
 from .lexical import Analyzer, LexicalIndex
-from .stores import FaissStore, MilvusStore, StoreSpec, VectorStore
+from .stores import MILVUS_SCHEMA, FaissStore, MilvusStore, StoreSpec, VectorStore, milvus_client
 
 FORMAT_VERSION = 1
 CURRENT = "CURRENT"
@@ -160,7 +161,14 @@ class OpenIndex:
 
     @property
     def size(self) -> int:
-        return self.store.size
+        """The row space: one past the highest row ever given, deleted rows included (the length of
+        per-row arrays). Equal to :attr:`documents` until a delete."""
+        return _n_rows(self.manifest)
+
+    @property
+    def documents(self) -> int:
+        """How many documents the index holds."""
+        return int(self.manifest["n_docs"])
 
     @property
     def on_gpu(self) -> bool:
@@ -289,6 +297,11 @@ def _check_unique(docs: Sequence[Document]) -> None:
         seen.add(d.id)
 
 
+def _n_rows(manifest: dict) -> int:
+    """The manifest's row space (an index written before deletion existed has no holes: ``n_docs``)."""
+    return int(manifest.get("n_rows", manifest["n_docs"]))
+
+
 def _write_generation(
     gen_dir: Path,
     index,
@@ -296,22 +309,26 @@ def _write_generation(
     new_docs: list[StoredDoc],
     manifest: dict,
     analyze: Analyzer | None = None,
+    drop_rows: Sequence[int] = (),
 ) -> dict:
-    """Write a complete generation into ``gen_dir`` (a scratch folder): the docstore, the FAISS
-    ``index`` (``None`` for a Milvus store, written to before), the manifest; with ``analyze``, its
-    lexical half over every text of the generation (named in ``manifest["lexical"]``)."""
+    """Write a complete generation into ``gen_dir`` (a scratch folder): the docstore (``store_src``'s
+    rows less ``drop_rows``, plus ``new_docs``), the FAISS ``index`` (``None`` for a Milvus store,
+    written to before), the manifest; with ``analyze``, its lexical half over every text of the
+    generation (named in ``manifest["lexical"]``), by row."""
     db_path = gen_dir / "docs.sqlite"
     if store_src is not None:
         shutil.copyfile(store_src, db_path)
     store = DocStore(db_path)
     try:
+        store.delete_rows(list(drop_rows))
         store.add(new_docs)
         manifest = dict(manifest)
         manifest["n_docs"] = len(store)
+        manifest["n_rows"] = max(_n_rows(manifest) if "n_docs" in manifest else 0, store.max_row() + 1)
         manifest["counts_per_lang"] = store.lang_counts()
         manifest["corpus_sha256"] = _corpus_checksum(store)
         if analyze is not None:
-            texts = [text for _, text in store.id_text_rows()]
+            texts = store.texts(manifest["n_rows"])
             (gen_dir / LEXICAL).mkdir()
             LexicalIndex.build(texts, analyze, manifest["lexical"]["analyzer"]).save(gen_dir / LEXICAL)
     finally:
@@ -362,7 +379,7 @@ def build_index(
     }
     if analyzer is not None:
         manifest["lexical"] = _lexical_record(analyzer[0])
-    with writer_lock(out), atomic_dir(out) as tmp:
+    with writer_lock(out), _replacing(Path(out), record) as tmp:
         _fill_milvus(record, spec, model.dim, vecs, stored)
         gen = tmp / _gen_name(1)
         gen.mkdir()
@@ -371,12 +388,58 @@ def build_index(
     return manifest
 
 
-def _new_store(store: StoreSpec, spec: V.IndexSpec, dim: int, vecs: np.ndarray, build_id: str):
-    """(FAISS index holding ``vecs`` at rows 0.., or ``None`` for Milvus, and the manifest's store record)."""
+@contextmanager
+def _replacing(out: Path, record: dict) -> Iterator[Path]:
+    """:func:`atomic_dir` for a new build at ``out`` whose vectors are ``record``'s, minding Milvus: a
+    build that fails drops the collection it made; one that commits drops the collection of the build it
+    replaced, unless a reader (a server) still holds that build, which is then told to the user."""
+    old, fds = None, []
+    try:
+        old = (read_index_manifest(out).get("store") or {}) if (out / CURRENT).exists() else None
+    except (IndexNotFound, OSError, ValueError):
+        old = None
+    if old and old.get("kind") == "milvus":  # a reader holds its generation's READERS: held across the swap
+        fds = [os.open(g / READERS, os.O_CREAT | os.O_RDWR, 0o644) for g in out.glob("gen-*") if g.is_dir()]
+    try:
+        try:
+            with atomic_dir(out) as tmp:
+                yield tmp
+        except BaseException:
+            if record["kind"] == "milvus":
+                with contextlib.suppress(Exception):  # Milvus may be what failed
+                    milvus_client(record["uri"]).drop_collection(record["collection"])
+            raise
+        if fds or (old and old.get("kind") == "milvus"):
+            _drop_unread_collection(old, fds)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _drop_unread_collection(rec: dict, fds: list[int]) -> None:
+    for fd in fds:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            drop = f"MilvusClient('{rec['uri']}').drop_collection('{rec['collection']}')"
+            print(f"samelang: the replaced build's Milvus collection {rec['collection']} at {rec['uri']} is kept: "
+                  f"a server still reads it. Drop it once none does: python -c \"from pymilvus import MilvusClient; "
+                  f"{drop}\"", file=sys.stderr)  # fmt: skip
+            return
+    with contextlib.suppress(Exception):  # gone already, or that Milvus is not reachable from here
+        client = milvus_client(rec["uri"])
+        if client.has_collection(rec["collection"]):
+            client.drop_collection(rec["collection"])
+
+
+def _new_store(store: StoreSpec, spec: V.IndexSpec, dim: int, vecs: np.ndarray, build_id: str, rows=None):
+    """(FAISS index holding ``vecs`` at ``rows`` (default 0..), or ``None`` for Milvus, and the manifest's
+    store record)."""
     if store.kind == "milvus":
-        return None, {"kind": "milvus", "uri": store.resolved_uri(), "collection": f"samelang_{build_id}"}
+        return None, {"kind": "milvus", "uri": store.resolved_uri(), "collection": f"samelang_{build_id}",
+                      "schema": MILVUS_SCHEMA}  # fmt: skip
     index = V.new_index(spec, dim, train_vectors=vecs)
-    V.add_vectors(index, vecs, np.arange(len(vecs)))
+    V.add_vectors(index, vecs, np.arange(len(vecs)) if rows is None else np.asarray(rows))
     return index, {"kind": "faiss"}
 
 
@@ -454,7 +517,7 @@ def open_index(path: Path, model: ModelInfo | None = None, use_gpu: bool = False
         store = _open_store(manifest, gen, use_gpu, uri)
         docs = DocStore(gen / "docs.sqlite", readonly=True)
         lex = manifest.get("lexical")
-        lexical = LexicalIndex.load(gen / LEXICAL, lex["analyzer"], manifest["n_docs"]) if lex else None
+        lexical = LexicalIndex.load(gen / LEXICAL, lex["analyzer"], _n_rows(manifest)) if lex else None
     except BaseException:
         if fd is not None:
             os.close(fd)
@@ -467,7 +530,8 @@ def _open_store(manifest: dict, gen: Path, use_gpu: bool, uri: str | None) -> Ve
     ``uri`` when given: the same Milvus seen from another host)."""
     rec = manifest.get("store") or {"kind": "faiss"}
     if rec["kind"] == "milvus":
-        return MilvusStore(uri or rec["uri"], rec["collection"], int(manifest["n_docs"]), int(manifest["dim"]))
+        return MilvusStore(uri or rec["uri"], rec["collection"], _n_rows(manifest), int(manifest["dim"]),
+                           generation=int(manifest["generation"]), size=int(manifest["n_docs"]))  # fmt: skip
     return FaissStore(*V.to_gpu_if_available(V.read(gen / "vectors.faiss"), use_gpu))
 
 
@@ -503,26 +567,44 @@ def _add_locked(path, docs, embed, model, detect, batch_size, analyzer=None, uri
     old_store = DocStore(gen / "docs.sqlite", readonly=True)
     try:
         clash = old_store.existing_ids([d.id for d in docs])
-        first_row = old_store.max_row() + 1
     finally:
         old_store.close()
     if clash:
         raise ValueError(f"{len(clash)} document ids are already in the index, e.g. {sorted(clash)[:3]}")
+    first_row = _n_rows(manifest)  # never a deleted row's: an older generation may still read it
     stored = _prepare_docs(docs, first_row, detect)
     vecs = _embed_all([d.text for d in docs], embed, model.dim, batch_size, "embedding new documents")
-    record = manifest.get("store") or {"kind": "faiss"}
-    if record["kind"] == "milvus":  # rows past the live generation's size: invisible until the switch below
+    record = _milvus_here(manifest, gen, uri)
+    if record is not None:  # rows past the live generation's size: invisible until the switch
         index = None
-        _upsert({**record, "uri": uri or record["uri"]}, vecs, stored)
+        _upsert(record, vecs, stored)
     else:
         index = V.read(gen / "vectors.faiss")
         V.add_vectors(index, vecs, np.arange(first_row, first_row + len(docs)))
+    return _commit(path, gen, manifest, index, stored, analyze, (), record)
+
+
+def _milvus_here(manifest: dict, gen: Path, uri: str | None) -> dict | None:
+    """A writer's view of a Milvus-stored generation (``None`` for FAISS): its store record at ``uri``,
+    after reviving the rows that a crashed delete marked (:meth:`MilvusStore.revive`)."""
+    record = manifest.get("store") or {"kind": "faiss"}
+    if record["kind"] != "milvus":
+        return None
+    record = {**record, "uri": uri or record["uri"]}
+    MilvusStore.revive(record["uri"], record["collection"], int(manifest["generation"]))
+    return record
+
+
+def _commit(path: Path, gen: Path, manifest: dict, index, stored: list[StoredDoc], analyze, drop_rows,
+            milvus: dict | None) -> dict:  # fmt: skip
+    """Write the generation after ``gen`` (crash-safe: a scratch folder renamed, then ``CURRENT`` switched),
+    remove the generations nobody reads, and the Milvus rows that no generation left can see."""
     number = int(re.sub(r"\D", "", gen.name)) + 1
     manifest = dict(manifest, generation=number, updated_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     scratch = path / f".{_gen_name(number)}.tmp-{uuid.uuid4().hex[:8]}"
     scratch.mkdir()
     try:
-        manifest = _write_generation(scratch, index, gen / "docs.sqlite", stored, manifest, analyze)
+        manifest = _write_generation(scratch, index, gen / "docs.sqlite", stored, manifest, analyze, drop_rows)
         new_gen = path / _gen_name(number)
         if new_gen.exists():  # left by a crash after its rename but before the switch
             shutil.rmtree(new_gen)
@@ -534,7 +616,49 @@ def _add_locked(path, docs, embed, model, detect, batch_size, analyzer=None, uri
     _remove_unread_generations(path, keep=new_gen.name)
     for stale in path.glob(".gen-*.tmp-*"):
         shutil.rmtree(stale, ignore_errors=True)
+    if milvus is not None:
+        oldest = min(int(re.sub(r"\D", "", g.name)) for g in path.glob("gen-*") if g.is_dir())
+        MilvusStore.purge(milvus["uri"], milvus["collection"], oldest)
     return manifest
+
+
+def delete_documents(
+    path: Path,
+    ids: Sequence[str],
+    analyzer: tuple[str, Analyzer] | None = None,
+    wait: bool = True,
+    uri: str | None = None,
+) -> dict:
+    """Delete documents by id, as a new generation (crash-safe, as :func:`add_documents`): their texts
+    leave the docstore (the ids can be added again), their vectors leave the store (FAISS: removed, an
+    HNSW graph rebuilt from the stored vectors; Milvus: marked deleted from this generation, purged once
+    no generation sees them), BM25 is rebuilt. Nothing is embedded again. Every id must be in the index."""
+    path = Path(path)
+    current_generation(path)
+    ids = list(dict.fromkeys(ids))
+    if not ids:
+        raise ValueError("no document ids to delete")
+    with writer_lock(path, wait=wait):
+        gen = current_generation(path)
+        manifest = json.loads((gen / "manifest.json").read_text())
+        analyze = check_analyzer(manifest, analyzer, path)
+        docs = DocStore(gen / "docs.sqlite", readonly=True)
+        try:
+            rows = docs.rows_for_ids(ids)
+        finally:
+            docs.close()
+        missing = [i for i in ids if i not in rows]
+        if missing:
+            raise ValueError(f"{len(missing)} of {len(ids)} ids are not in the index (nothing deleted), "
+                             f"e.g. {missing[:3]}")  # fmt: skip
+        drop = sorted(rows.values())
+        record = _milvus_here(manifest, gen, uri)
+        if record is not None:  # marked gone from the next generation: older readers still see them
+            index = None
+            MilvusStore.delete(record["uri"], record["collection"], drop, int(manifest["generation"]) + 1)
+        else:
+            index = V.remove_rows(V.read(gen / "vectors.faiss"), drop)
+        return _commit(path, gen, manifest, index, [], analyze, drop, record)
 
 
 def export_index(src: Path, out: Path, store: StoreSpec) -> dict:
@@ -546,20 +670,20 @@ def export_index(src: Path, out: Path, store: StoreSpec) -> dict:
     manifest = json.loads((gen / "manifest.json").read_text())
     opened = open_index(src)
     try:
-        n, dim = opened.size, int(manifest["dim"])
-        vecs = opened.vectors(list(range(n)))
+        rows, dim = opened.docs.rows(), int(manifest["dim"])
+        vecs = opened.vectors(rows)
         if vecs is None:
             raise ValueError(f"the index at {src} cannot give its vectors back (a GPU copy or an IVF index without "
                              "a direct map): build the new one with `samelang index build --store ...`")  # fmt: skip
-        stored = opened.docs.get_rows(list(range(n)))
+        stored = opened.docs.get_rows(rows)
     finally:
         opened.close()
     build_id = uuid.uuid4().hex
     spec = V.IndexSpec(**manifest["index"])
-    index, record = _new_store(store, spec, dim, vecs, build_id)
+    index, record = _new_store(store, spec, dim, vecs, build_id, rows)
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     manifest = dict(manifest, build_id=build_id, generation=1, store=record, updated_at=now, exported_from=str(src))
-    with writer_lock(out), atomic_dir(Path(out)) as tmp:
+    with writer_lock(out), _replacing(Path(out), record) as tmp:
         _fill_milvus(record, spec, dim, vecs, stored)
         new = tmp / _gen_name(1)
         new.mkdir()
@@ -585,6 +709,6 @@ def index_info(path: Path) -> dict:
 __all__ = [
     "CURRENT", "AnalyzerMismatch", "IndexBusy", "IndexModelMismatch", "IndexNotFound", "ModelInfo", "OpenIndex",
     "StoreSpec",
-    "add_documents", "build_index", "export_index", "live_identity", "writer_lock",
+    "add_documents", "build_index", "delete_documents", "export_index", "live_identity", "writer_lock",
     "check_model", "current_generation", "index_info", "open_index", "read_index_manifest",
 ]  # fmt: skip

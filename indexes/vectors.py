@@ -90,6 +90,29 @@ def add_vectors(index: faiss.Index, vectors: np.ndarray, rows: np.ndarray) -> No
     index.add_with_ids(normalise(vectors), np.asarray(rows, dtype=np.int64))
 
 
+def remove_rows(index: faiss.Index, rows) -> faiss.Index:
+    """``index`` without the vectors of ``rows`` (deleted documents). A flat index removes them in place.
+    IVF and HNSW cannot under an ``IndexIDMap2`` (IVF's removal leaves its internal ids with holes that the
+    id map does not follow; HNSW's graph has no removal), so the same trained structure is refilled with
+    the stored vectors that stay, under the same ids: nothing is embedded again."""
+    drop = np.asarray(sorted(set(int(r) for r in rows)), dtype=np.int64)
+    inner = faiss.downcast_index(index.index)
+    if isinstance(inner, faiss.IndexFlat):
+        index.remove_ids(faiss.IDSelectorBatch(drop))
+        return index
+    if isinstance(inner, faiss.IndexIVF):
+        inner.make_direct_map()  # IVF gives vectors back only with it
+    ids = faiss.vector_to_array(index.id_map).astype(np.int64)
+    keep = ids[~np.isin(ids, drop)]
+    vecs = index.reconstruct_batch(keep) if len(keep) else None
+    empty = faiss.clone_index(inner)  # keeps the IVF's trained centroids, the HNSW's parameters
+    empty.reset()
+    fresh = faiss.IndexIDMap2(empty)
+    if vecs is not None:
+        fresh.add_with_ids(np.ascontiguousarray(vecs, dtype=np.float32), keep)
+    return fresh
+
+
 def to_gpu_if_available(index: faiss.Index, use_gpu: bool) -> tuple[faiss.Index, bool]:
     """Copy to all GPUs when asked and present; returns (index, on_gpu)."""
     if not use_gpu or not hasattr(faiss, "get_num_gpus") or faiss.get_num_gpus() == 0:

@@ -11,6 +11,7 @@ from . import options
 from .config import (
     IndexAddOptions,
     IndexBuildOptions,
+    IndexDeleteOptions,
     IndexExportOptions,
     IndexOptions,
     ModelsOptions,
@@ -113,6 +114,25 @@ def index_add(cfg: IndexAddOptions) -> None:
         analyzer=enc.analyzer, uri=cfg.milvus_uri,
     )  # fmt: skip
     typer.echo(json.dumps({"path": str(cfg.path), "n_docs": manifest["n_docs"], "generation": manifest["generation"]}))
+
+
+@index_app.command("delete")
+@options.command(IndexDeleteOptions)
+def index_delete(cfg: IndexDeleteOptions) -> None:
+    """Delete documents by id without rebuilding (nothing embedded again); a crash leaves the previous
+    generation live, and the ids can be added again afterwards."""
+    from indexes.index import delete_documents, read_index_manifest
+
+    ids = [x.strip() for x in (cfg.ids or "").split(",") if x.strip()]
+    if cfg.ids_file is not None:
+        ids += [x.strip() for x in cfg.ids_file.read_text(encoding="utf-8").splitlines() if x.strip()]
+    if not ids:
+        raise typer.BadParameter("give the ids to delete: --ids a,b or --ids-file FILE")
+    # the lexical half is rebuilt without the deleted texts: with the analyzer of the index's model
+    analyzer = _encoder(cfg).analyzer if read_index_manifest(cfg.path).get("lexical") else None
+    manifest = delete_documents(cfg.path, ids, analyzer=analyzer, uri=cfg.milvus_uri)
+    typer.echo(json.dumps({"path": str(cfg.path), "n_docs": manifest["n_docs"], "deleted": len(set(ids)),
+                           "generation": manifest["generation"]}))  # fmt: skip
 
 
 @index_app.command("export")

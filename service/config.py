@@ -160,6 +160,18 @@ class IndexAddOptions(IndexOptions):
     input: Path = Field(description="JSONL documents to add.")
 
 
+class IndexDeleteOptions(IndexOptions):
+    """Options of ``samelang index delete``."""
+
+    path: Path = Field(
+        validation_alias="SAMELANG_INDEX",
+        description="Existing index folder.",
+        json_schema_extra={"cli_argument": True},
+    )
+    ids: str | None = Field(None, description="Ids of the documents to delete, comma-separated.")
+    ids_file: Path | None = Field(None, description="A file of ids to delete, one per line.")
+
+
 class IndexExportOptions(MilvusOptions):
     """Options of ``samelang index export``."""
 

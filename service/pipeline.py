@@ -158,8 +158,8 @@ class Pipeline:
         self.encoder, self.index, self.reranker, self.generator = encoder, index, reranker, generator
         self.langid, self.limits, self.search_params = langid, limits, search_params or SearchParams()
         self.defaults = defaults or Defaults()
-        self._doc_langs = np.array(index.docs.langs(), dtype=object)
-        self._doc_groups = index.docs.groups()
+        self._doc_langs = np.array(index.docs.langs(index.size), dtype=object)  # by row (None: deleted too)
+        self._doc_groups = index.docs.groups(index.size)
         self.lexical = self._lexical_half(index, encoder)
 
     @staticmethod
@@ -482,8 +482,8 @@ class Pipeline:
         reranking, versions listed after their hit) and audit the lists (Max@R, Max@R_norm,
         Comp@10, top-1 language) with :mod:`service.metrics.audit`."""
         row_of = self._check_diagnose(queries, opts, field_name)
-        n = self.index.size
-        depth = min(k or n, n, MAX_DIAGNOSE_DEPTH)
+        n = self.index.size  # the row space
+        depth = min(k or n, self.index.documents, MAX_DIAGNOSE_DEPTH)
         qvecs = self.encoder.encode_queries([q.query for q in queries])  # one batched pass
         rankings, qlangs = [], []
         for q, qvec in zip(queries, qvecs):
@@ -491,25 +491,28 @@ class Pipeline:
             r = self.search(q.query, replace(opts, k=depth, lang=q.lang or None), qvec=qvec[None, :])
             rankings.append([row for h in r.hits for row in h.rows][:depth])
             qlangs.append(r.query_lang)
-        S = A.score_matrix(rankings, n)
+        # the pool is the documents: columns are the live rows (rows of deleted documents are not in it)
+        live = np.arange(n) if self.index.documents == n else np.asarray(self.index.docs.rows(), dtype=np.int64)
+        col_of = {int(r): j for j, r in enumerate(live)}
+        S = A.score_matrix([[col_of[r] for r in ranking] for ranking in rankings], len(live))
         R = np.zeros_like(S)
         for i, q in enumerate(queries):
-            R[i, [row_of[x] for x in q.relevant]] = 1
+            R[i, [col_of[row_of[x]] for x in q.relevant]] = 1
         au = A.audit_lists(S, R)
-        top1_langs = [self._doc_langs[t] if au.ranked[i, t] else None for i, t in enumerate(au.top1)]
+        langs = self._doc_langs[live]
+        top1_langs = [langs[t] if au.ranked[i, t] else None for i, t in enumerate(au.top1)]
         ql = np.array([x or "und" for x in qlangs], dtype=object)
-        matrix, rows_l, cols_l = M.top1_language_matrix(
-            S, ql, np.array([x or "und" for x in self._doc_langs], dtype=object)
-        )
+        matrix, rows_l, cols_l = M.top1_language_matrix(S, ql, np.array([x or "und" for x in langs], dtype=object))
+        cols = {x: col_of[r] for x, r in row_of.items()}
         return {
-            "pool_size": n,
+            "pool_size": len(live),
             "k": depth,
             "aggregate": au.aggregate(np.ones(len(queries), bool), qlangs, top1_langs),
             "per_query_lang": {x: au.aggregate(ql == x, qlangs, top1_langs) for x in sorted(set(ql.tolist()))},
             "top1_lang_matrix": {
                 r: {c: float(matrix[a, b]) for b, c in enumerate(cols_l)} for a, r in enumerate(rows_l)
             },
-            "queries": self._per_query(queries, qlangs, au, row_of, top1_langs),
+            "queries": self._per_query(queries, qlangs, au, cols, top1_langs, live),
         }
 
     def _check_diagnose(self, queries: list[A.LabelledQuery], opts: SearchOptions, field_name: str) -> dict[str, int]:
@@ -538,9 +541,10 @@ class Pipeline:
             raise BadRequest(field_name, f"{len(missing)} relevant ids are not in the served index, e.g. {missing[:3]}")
         return row_of
 
-    def _per_query(self, queries, qlangs, au, row_of, top1_langs) -> list[dict]:
-        """Each query's audit: its relevant ids' ranks, Max@R (None when censored), Comp@10, top-1."""
-        top1_ids = self.index.docs.get_rows([int(t) for t in au.top1])
+    def _per_query(self, queries, qlangs, au, row_of, top1_langs, live) -> list[dict]:
+        """Each query's audit: its relevant ids' ranks, Max@R (None when censored), Comp@10, top-1.
+        ``row_of``: the pool column of each relevant id; ``live``: the row of each column."""
+        top1_ids = self.index.docs.get_rows([int(live[t]) for t in au.top1])
         return [
             {
                 "query": q.query,

@@ -237,7 +237,7 @@ def swap_index(app: FastAPI, index: OpenIndex) -> None:
     pipeline = app.state.handlers.pipeline.replace(index=index)
     app.state.handlers = Handlers(pipeline)
     app.state.components = Components(pipeline, app.state.components.info)
-    log.info("samelang: serving index generation %s (%d documents)", index.generation, index.size)
+    log.info("samelang: serving index generation %s (%d documents)", index.generation, index.documents)
 
 
 _RELOAD = threading.Lock()
@@ -311,7 +311,7 @@ def _router() -> APIRouter:
         """Serve the index's newest generation now (the server also polls for it)."""
         swapped = await run_in_threadpool(reload_index, request.app)
         idx = handle(request).pipeline.index
-        return {"generation": idx.generation, "documents": idx.size, "reloaded": swapped}
+        return {"generation": idx.generation, "documents": idx.documents, "reloaded": swapped}
 
     @r.get("/health")
     async def health():
@@ -321,7 +321,7 @@ def _router() -> APIRouter:
     async def ready(request: Request):
         """Readiness probe (the server accepts connections only once the models are loaded); needs no
         API key: it reveals only the document count."""
-        return {"status": "ready", "documents": handle(request).pipeline.index.size}
+        return {"status": "ready", "documents": handle(request).pipeline.index.documents}
 
     @r.get("/info", responses=_responses({401: ERRORS[401]}))
     async def info(request: Request):
@@ -438,7 +438,7 @@ def create_app(cfg: ServiceSettings | None = None, components: Components | None
 
         if getattr(app.state, "components", None) is None:
             app.state.components = await run_in_threadpool(load_components, cfg)
-            log.info("samelang ready: %d documents", app.state.components.pipeline.index.size)
+            log.info("samelang ready: %d documents", app.state.components.pipeline.index.documents)
         pipeline, batchers = micro_batching(app.state.components.pipeline, cfg, app.state.metrics)
         app.state.handlers = Handlers(pipeline)
         watcher = asyncio.ensure_future(watch_index(app, cfg.index_reload_s)) if cfg.index_reload_s > 0 else None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,11 +90,17 @@ def default_generator_path(home: Path) -> Path:
     return generator_gguf(home)
 
 
-def demo_index_path(home: Path, langs: str, fingerprint: str, variant: str = "fp32", store: str = "faiss") -> Path:
+def demo_index_path(home: Path, langs: str, fingerprint: str, variant: str = "fp32", store: str = "faiss",
+                    uri: str | None = None) -> Path:  # fmt: skip
     """Where the demo index of one encoder at one precision variant lives (an int8 index holds int8
     passage vectors: another index, so that what is served does not depend on what ran before); one
-    whose vectors are in Milvus is another folder again."""
-    tag = ("" if variant == "fp32" else f"-{variant}") + ("" if store == "faiss" else f"-{store}")
+    whose vectors are in Milvus is another folder again, one per Milvus (``uri``)."""
+    tag = "" if variant == "fp32" else f"-{variant}"
+    if store != "faiss":
+        from indexes.stores import StoreSpec
+
+        where = StoreSpec(store, uri).resolved_uri() or ""
+        tag += f"-{store}-{hashlib.sha256(where.encode()).hexdigest()[:8]}"
     return Path(home) / "indexes" / f"xquad-{'-'.join(check_langs(langs))}-{fingerprint[:12]}{tag}"
 
 
@@ -103,15 +110,21 @@ def default_index_path(cfg) -> Path:
 
     model = cfg.model or default_biencoder(cfg.home)
     precision = resolve(cfg.engine_options(), cfg.torch_device(), Path(model)).precision
-    return demo_index_path(cfg.home, cfg.demo_langs, model_fingerprint(model), precision_variant(precision), cfg.store)
+    return demo_index_path(cfg.home, cfg.demo_langs, model_fingerprint(model), precision_variant(precision), cfg.store,
+                           cfg.milvus_uri)  # fmt: skip
 
 
 def demo_index_ready(path: Path) -> bool:
-    """Whether the demo index at ``path`` is built, with its lexical (BM25) half."""
+    """Whether the demo index at ``path`` is built, with its lexical (BM25) half (and, in Milvus, with
+    the collection schema of this version)."""
+    from indexes.stores import MILVUS_SCHEMA
+
     try:
-        return bool(read_index_manifest(path).get("lexical"))
+        manifest = read_index_manifest(path)
     except IndexNotFound:
         return False
+    store = manifest.get("store") or {"kind": "faiss"}
+    return bool(manifest.get("lexical")) and (store["kind"] != "milvus" or store.get("schema") == MILVUS_SCHEMA)
 
 
 def ensure_demo_index(home: Path, langs: str, encoder, log=print, embed=None, store=None) -> Path:
@@ -121,11 +134,12 @@ def ensure_demo_index(home: Path, langs: str, encoder, log=print, embed=None, st
     from indexes.stores import StoreSpec
 
     store = store or StoreSpec()
-    out = demo_index_path(home, langs, encoder.fingerprint, getattr(encoder, "cache_tag", "fp32"), store.kind)
+    variant = getattr(encoder, "cache_tag", "fp32")
+    out = demo_index_path(home, langs, encoder.fingerprint, variant, store.kind, store.uri)
     if demo_index_ready(out):
         return out
     if out.exists():
-        log(f"samelang: the demo index at {out} predates its lexical (BM25) half: rebuilding it")
+        log(f"samelang: the demo index at {out} predates this version (its BM25 half or Milvus schema): rebuilding it")
     docs = load_xquad(langs, split="all").documents()
     log(f"samelang: building the demo index ({len(docs)} XQuAD paragraphs, {langs}) into {out} ...")
     build_index(

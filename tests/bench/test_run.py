@@ -58,6 +58,8 @@ TABLES = {
              ["search", "search_rerank", "rerank", "answer", "diagnose", "hang_up"]),
     "scale-10m": ("vectors", ["data model", "index", "params", "build s", "bytes/vector", "index GB", "recall@10",
                               "p50 ms", "p95 ms"], ["20,000"]),
+    "milvus": ("vectors", ["store", "index", "params", "build s", "disk bytes/vector", "recall@10", "p50 ms",
+                           "p95 ms"], ["2,000", "2,000", "2,000", "2,000"]),
 }  # fmt: skip
 
 
@@ -73,7 +75,7 @@ def first_table(text: str) -> list[list[str]]:
 
 
 def test_every_section_runs_at_tiny_sizes_and_prints_its_table(tmp_path, samelang_home):
-    """``samelang bench --tiny`` with every section (soak and scale-10m included): each prints its table with
+    """``samelang bench --tiny`` with every section (soak, scale-10m and milvus included): each prints its table with
     the README's columns and one row per measurement. One process, as a user runs it; the sizes
     are a handful of inputs (1-2 minutes on 2 cores), so the numbers mean nothing here."""
     import subprocess

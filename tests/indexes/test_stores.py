@@ -1,6 +1,6 @@
 """The same index behaviour on both vector stores: FAISS in the folder, and Milvus (milvus-lite, the
 embedded Milvus with the client API of a Milvus server). Hits, the language filter, group-aware
-candidates, add without rebuild, a crash during add, and the same top-10 on XQuAD queries."""
+candidates, add without rebuild, a crash during add, deletion, and the same top-10 on XQuAD queries."""
 
 from __future__ import annotations
 
@@ -149,3 +149,137 @@ def test_a_faiss_index_moves_into_milvus(tmp_path, built, encoder, base_model_pa
     assert (f.search(qv, 5)[1] == m.search(qv, 5)[1]).all()
     assert (m.lexical is None) == (f.lexical is None) and m.docs.get_rows([7])[0].text == f.docs.get_rows([7])[0].text
     f.close(), m.close()
+
+
+@pytest.mark.parametrize("kind", STORES)
+def test_delete_without_rebuild_a_crash_before_the_switch_and_the_ids_added_again(tmp_path, encoder, docs, kind,
+                                                                                   monkeypatch):  # fmt: skip
+    import indexes.index as I
+    from indexes.index import delete_documents
+
+    path, analyzer = tmp_path / "index", encoder.analyzer
+    build_index(path, docs[:20], encoder.encode_passages, encoder.info, analyzer=analyzer, store=spec(kind, tmp_path))
+    qv = encoder.encode_queries([docs[3].text[:300], docs[17].text[:300]])
+
+    def top1(expect_docs: int) -> list[int]:
+        idx = open_index(path, encoder.info)
+        try:
+            assert idx.documents == expect_docs
+            return idx.search(qv, 1)[1][:, 0].tolist()
+        finally:
+            idx.close()
+
+    assert top1(20) == [3, 17]  # each paragraph finds itself
+    gone = [docs[3].id, docs[17].id]
+
+    class Crash(Exception):
+        pass
+
+    def crash(*a, **k):
+        raise Crash
+
+    monkeypatch.setattr(I, "atomic_write_text", crash)  # the delete's marks are written, CURRENT is not switched
+    with pytest.raises(Crash):
+        delete_documents(path, gone, analyzer=analyzer)
+    monkeypatch.undo()
+    assert top1(20) == [3, 17]  # the crashed delete is not seen
+    # the next writer revives what the crashed delete marked (Milvus): its generation keeps the documents
+    add_documents(path, [Document("extra", "Ein ganz anderer Text über Schiffe.", "de")], encoder.encode_passages,
+                  encoder.info, analyzer=analyzer)  # fmt: skip
+    assert top1(21) == [3, 17]
+
+    m = delete_documents(path, gone, analyzer=analyzer)
+    assert (m["n_docs"], m["n_rows"], m["generation"]) == (19, 21, 3)
+    idx = open_index(path, encoder.info)
+    scores, rows = idx.search(qv, 21)
+    found = set(rows[rows >= 0].tolist())
+    assert found == set(range(21)) - {3, 17} and idx.size == 21  # every other document, none of the deleted
+    assert idx.docs.get_rows([3, 17]) == [None, None] and idx.docs.existing_ids(gone) == set()
+    lex = idx.lexical.scores(analyzer[1](docs[3].text))
+    assert len(lex) == 21 and lex[3] == 0 and lex[17] == 0  # BM25 by row, without the deleted texts
+    idx.close()
+    with pytest.raises(ValueError, match="not in the index"):
+        delete_documents(path, gone, analyzer=analyzer)
+    _served_without(path, encoder, docs, gone)
+
+    # an id can come back: a new row (a deleted row is never given again)
+    add_documents(path, [docs[3]], encoder.encode_passages, encoder.info, analyzer=analyzer)
+    first, second = top1(20)
+    assert first == 21 and second != 17
+    if kind == "milvus":  # no generation on disk sees rows 3 and 17 any more: they left the collection
+        from pymilvus import MilvusClient
+
+        rec = I.read_index_manifest(path)["store"]
+        client = MilvusClient(rec["uri"])
+        left = client.query(rec["collection"], filter="row in [3, 17]", output_fields=["row"])
+        client.close()
+        assert left == []
+
+
+@pytest.mark.parametrize("kind", ["flat", "hnsw", "ivf"])
+def test_removing_rows_from_each_faiss_kind_keeps_every_other_row(kind):
+    """A flat index removes rows in place; IVF and HNSW are refilled with the vectors that stay, under
+    the same ids."""
+    from indexes import vectors as V
+
+    x = V.normalise(np.random.default_rng(0).standard_normal((200, 16)))
+    spec_ = V.IndexSpec(kind=kind, ivf_nlist=4)
+    index = V.new_index(spec_, 16, train_vectors=x)
+    V.add_vectors(index, x, np.arange(200))
+    index = V.remove_rows(index, [5, 7, 199])
+    V.set_search_params(index, ef_search=400, nprobe=4)
+    scores, rows = index.search(x[[6, 5]], 200)
+    assert index.ntotal == 197 and set(rows[0][rows[0] >= 0].tolist()) == set(range(200)) - {5, 7, 199}
+    assert rows[0, 0] == 6 and abs(scores[0, 0] - 1) < 1e-5 and rows[1, 0] != 5
+
+
+def test_a_rebuild_drops_the_collection_it_replaces_unless_a_reader_holds_it(tmp_path, encoder, docs, capfd,
+                                                                              monkeypatch):  # fmt: skip
+    from pymilvus import MilvusClient
+
+    import indexes.index as I
+
+    path, store = tmp_path / "index", spec("milvus", tmp_path)
+
+    def build() -> str:
+        return build_index(path, docs[:10], encoder.encode_passages, encoder.info, store=store)["store"]["collection"]
+
+    def collections() -> set[str]:
+        client = MilvusClient(store.resolved_uri())
+        try:
+            return set(client.list_collections())
+        finally:
+            client.close()
+
+    first = build()
+    second = build()  # nobody reads the first build
+    assert collections() == {second}
+    reader = open_index(path, encoder.info)
+    third = build()  # a server still reads the second: kept, and said so
+    assert collections() == {second, third} and f"collection {second}" in capfd.readouterr().err
+    reader.close()
+    assert first not in collections()
+
+    def fail(*a, **k):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(I, "_write_generation", fail)  # a build that fails after its rows went into Milvus
+    with pytest.raises(RuntimeError, match="disk full"):
+        build()
+    assert collections() == {second, third} and open_index(path, encoder.info).manifest["store"]["collection"] == third
+
+
+def _served_without(path, encoder, docs, gone):
+    """What a server gives over an index with deleted documents: hybrid, group-aware /search never shows
+    them, and /diagnose's pool is the documents left."""
+    from service.metrics.audit import LabelledQuery
+    from service.pipeline import SearchOptions
+
+    pipe = pipeline_over(path, encoder)
+    hits = pipe.search(docs[3].text[:300], SearchOptions(k=25, lexical_weight=0.3)).hits
+    shown = {v for h in hits for v in [h.doc.id, *(x.id for x in h.versions)]}
+    assert len(hits) == 19 and not shown & set(gone)
+    q = LabelledQuery(docs[4].text[:300], docs[4].lang, docs[4].group, (docs[4].id,), docs[4].id)
+    d = pipe.diagnose([q], None, SearchOptions(k=10), "queries")
+    assert d["pool_size"] == 19 and d["k"] == 19 and d["queries"][0]["ranks"] == {docs[4].id: 1}
+    pipe.index.close()

@@ -10,15 +10,30 @@ from tests.service.conftest import make_app, running
 
 pytest.importorskip("pymilvus", reason="the Milvus store is the extra 'milvus': pip install -e '.[milvus]'")
 
-REQUESTS = [
+README = [  # the README's curls, as they are written there (checked below)
     ("/search", {"query": "维多利亚和阿尔伯特博物馆的第一任馆长是谁？", "k": 3}),
+    ("/rerank", {"query": "维多利亚和阿尔伯特博物馆在哪里？",
+                 "documents": ["The V&A is in London.", "维多利亚和阿尔伯特博物馆位于伦敦。",
+                               {"id": "x", "text": "Paris est en France."}]}),
+    ("/answer", {"query": "谁是V＆A的第一任馆长？"}),
+    ("/diagnose", {"dataset": "xquad", "split": "test", "pair": "en-zh"}),  # the whole pool, every query
+]  # fmt: skip
+REQUESTS = README + [
     ("/search", {"query": "Who was the first director?", "k": 10, "langs": ["zh"]}),
     ("/search", {"query": "Where is the museum?", "k": 5, "group_candidates": False, "lexical_weight": 0.0}),
-    ("/rerank", {"query": "维多利亚和阿尔伯特博物馆在哪里？",
-                 "documents": ["The V&A is in London.", "维多利亚和阿尔伯特博物馆位于伦敦。", "Paris est en France."]}),
-    ("/answer", {"query": "谁是V＆A的第一任馆长？"}),
-    ("/diagnose", {"dataset": "xquad", "split": "test", "pair": "en-zh", "k": 20}),
+    ("/diagnose", {"dataset": "xquad", "split": "test", "pair": "en-zh", "k": 5, "rerank": True, "rerank_k": 2}),
 ]  # fmt: skip
+
+
+def test_the_requests_are_the_readmes():
+    import json
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    curls = [(m[0], json.loads(m[1])) for m in re.findall(r"curl -s localhost:8000(/\w+) -H 'content-type: "
+                                                          r"application/json' \\\n  -d '(.+?)'\n", readme)]  # fmt: skip
+    assert all(c in curls for c in README) and len(README) == 4
 
 
 def rounded(x):

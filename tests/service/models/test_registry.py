@@ -67,3 +67,16 @@ def test_an_int8_encoder_gets_its_own_demo_index(samelang_home):
     fp32 = demo_index_path(samelang_home, "en,zh", "f" * 64)
     assert demo_index_path(samelang_home, "en,zh", "f" * 64, "fp32") == fp32
     assert demo_index_path(samelang_home, "en,zh", "f" * 64, "int8-sq1") == fp32.with_name(fp32.name + "-int8-sq1")
+
+
+def test_each_milvus_gets_its_own_demo_index(samelang_home, tmp_path, monkeypatch):
+    """The demo index in Milvus names its collection at one URI: another ``--uri`` is another folder (a
+    relative milvus-lite path counts as the file it names)."""
+    from service.models.registry import demo_index_path
+
+    monkeypatch.chdir(tmp_path)
+    fp32 = demo_index_path(samelang_home, "en,zh", "f" * 64)
+    a = demo_index_path(samelang_home, "en,zh", "f" * 64, "fp32", "milvus", "./a.db")
+    assert a == demo_index_path(samelang_home, "en,zh", "f" * 64, "fp32", "milvus", str(tmp_path / "a.db"))
+    b = demo_index_path(samelang_home, "en,zh", "f" * 64, "fp32", "milvus", "http://milvus:19530")
+    assert len({fp32, a, b}) == 3 and a.name.startswith(fp32.name + "-milvus-")
