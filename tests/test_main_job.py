@@ -11,6 +11,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -25,16 +27,10 @@ def readme_curls() -> list[str]:
     return [c.strip() for c in re.findall(r"^(curl .+?)(?=^\S|\Z)", api, flags=re.M | re.S) if c.strip()]
 
 
-@pytest.mark.slow
-def test_serve_and_readme_examples(samelang_home):
-    with httpx.Client() as probe:
-        try:
-            probe.get("http://127.0.0.1:8000/health", timeout=1)
-            pytest.fail("port 8000 is taken; the README examples need it")
-        except httpx.HTTPError:
-            pass
-    env = {**os.environ, "SAMELANG_HOME": str(samelang_home)}
-    proc = subprocess.Popen([sys.executable, "-m", "samelang", "serve"], env=env, stdout=subprocess.PIPE,
+@contextmanager
+def serving(args: list[str], env: dict, cwd: Path | None = None) -> Iterator[subprocess.Popen]:
+    """``samelang ARGS`` (a serve on port 8000) running until the block ends, once ``/ready`` answers."""
+    proc = subprocess.Popen([sys.executable, "-m", "samelang", *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)  # fmt: skip
     try:
         deadline = time.time() + 900
@@ -47,6 +43,22 @@ def test_serve_and_readme_examples(samelang_home):
                 pass
             assert time.time() < deadline, "server not ready in 15 minutes"
             time.sleep(2)
+        yield proc
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=60)
+
+
+@pytest.mark.slow
+def test_serve_and_readme_examples(samelang_home):
+    with httpx.Client() as probe:
+        try:
+            probe.get("http://127.0.0.1:8000/health", timeout=1)
+            pytest.fail("port 8000 is taken; the README examples need it")
+        except httpx.HTTPError:
+            pass
+    env = {**os.environ, "SAMELANG_HOME": str(samelang_home)}
+    with serving(["serve"], env):
         curls = readme_curls()
         assert len(curls) >= 4
         for cmd in curls:
@@ -54,6 +66,3 @@ def test_serve_and_readme_examples(samelang_home):
             assert out.returncode == 0, (cmd, out.stderr)
             body = json.loads(out.stdout)
             assert "error" not in body, (cmd, body)
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=60)

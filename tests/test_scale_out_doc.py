@@ -8,10 +8,8 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -45,28 +43,13 @@ def test_every_samelang_command_of_the_page_is_accepted_by_the_cli():
 
 
 def _serve_and_curl(args: list[str], cwd: Path, env: dict) -> None:
-    from tests.test_main_job import readme_curls
+    from tests.test_main_job import readme_curls, serving
 
-    proc = subprocess.Popen([sys.executable, "-m", "samelang", *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)  # fmt: skip
-    try:
-        deadline = time.time() + 900
-        while True:
-            assert proc.poll() is None, proc.stdout.read()[-3000:]
-            try:
-                if httpx.get("http://127.0.0.1:8000/ready", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.time() < deadline, "server not ready in 15 minutes"
-            time.sleep(2)
+    with serving(args, env, cwd):
         assert httpx.get("http://127.0.0.1:8000/info").json()["index"]["store"] == "milvus"
         for cmd in readme_curls():
             out = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=600)
             assert out.returncode == 0 and "error" not in json.loads(out.stdout), (args, cmd, out.stdout[-500:])
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=60)
 
 
 @pytest.mark.slow
