@@ -105,6 +105,14 @@ class FaissStore:
         pass
 
 
+def _loaded(uri: str, collection: str):
+    """A client with ``collection`` loaded: Milvus reads (get, query, a delete by filter) need it, and a
+    writer process (``index add``/``delete``) has not loaded it before."""
+    client = milvus_client(uri)
+    client.load_collection(collection)
+    return client
+
+
 def milvus_client(uri: str):
     try:
         from pymilvus import MilvusClient
@@ -180,7 +188,7 @@ class MilvusStore:
     @staticmethod
     def delete(uri: str, collection: str, rows: list[int], generation: int) -> None:
         """Mark ``rows`` deleted from ``generation`` on (idempotent; unseen by older generations)."""
-        client = milvus_client(uri)
+        client = _loaded(uri, collection)
         fields = ["row", "lang", "group", "vector"]
         for start in range(0, len(rows), _UPSERT_ROWS):
             got = client.get(collection, ids=[int(r) for r in rows[start : start + _UPSERT_ROWS]], output_fields=fields)
@@ -190,7 +198,7 @@ class MilvusStore:
     def revive(uri: str, collection: str, live_generation: int) -> int:
         """Undo the marks of deletes that never committed (``gone`` past the live generation); returns
         how many rows were revived."""
-        client, total = milvus_client(uri), 0
+        client, total = _loaded(uri, collection), 0
         while True:  # a batch at a time (a query returns at most 16,384 rows); a revived row no longer matches
             got = client.query(collection, filter=f"gone > {live_generation} and gone < {LIVE}",
                                output_fields=["row", "lang", "group", "vector"], limit=_UPSERT_ROWS)  # fmt: skip
@@ -202,7 +210,7 @@ class MilvusStore:
     @staticmethod
     def purge(uri: str, collection: str, oldest_generation: int) -> None:
         """Remove the rows that no generation from ``oldest_generation`` on can see."""
-        client = milvus_client(uri)
+        client = _loaded(uri, collection)
         client.delete(collection, filter=f"gone <= {oldest_generation}")
         client.flush(collection)
 

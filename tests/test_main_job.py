@@ -27,6 +27,17 @@ def readme_curls() -> list[str]:
     return [c.strip() for c in re.findall(r"^(curl .+?)(?=^\S|\Z)", api, flags=re.M | re.S) if c.strip()]
 
 
+def readme_response(stdout: str) -> dict:
+    """The body a README curl printed: JSON, or for the streamed ``/answer`` its ``done`` event's data,
+    after checking the events came in order (``passages`` first, no ``error``)."""
+    if not stdout.startswith("event:"):
+        return json.loads(stdout)
+    events = [block.split("\n", 1) for block in stdout.strip().split("\n\n")]
+    names = [head.removeprefix("event: ") for head, _ in events]
+    assert names[0] == "passages" and names[-1] == "done" and "error" not in names, names
+    return json.loads(events[-1][1].removeprefix("data: "))
+
+
 @contextmanager
 def serving(args: list[str], env: dict, cwd: Path | None = None) -> Iterator[subprocess.Popen]:
     """``samelang ARGS`` (a serve on port 8000) running until the block ends, once ``/ready`` answers."""
@@ -64,5 +75,5 @@ def test_serve_and_readme_examples(samelang_home):
         for cmd in curls:
             out = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=600)
             assert out.returncode == 0, (cmd, out.stderr)
-            body = json.loads(out.stdout)
+            body = readme_response(out.stdout)
             assert "error" not in body, (cmd, body)

@@ -43,13 +43,13 @@ def test_every_samelang_command_of_the_page_is_accepted_by_the_cli():
 
 
 def _serve_and_curl(args: list[str], cwd: Path, env: dict) -> None:
-    from tests.test_main_job import readme_curls, serving
+    from tests.test_main_job import readme_curls, readme_response, serving
 
     with serving(args, env, cwd):
         assert httpx.get("http://127.0.0.1:8000/info").json()["index"]["store"] == "milvus"
         for cmd in readme_curls():
             out = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=600)
-            assert out.returncode == 0 and "error" not in json.loads(out.stdout), (args, cmd, out.stdout[-500:])
+            assert out.returncode == 0 and "error" not in readme_response(out.stdout), (args, cmd, out.stdout[-500:])
 
 
 @pytest.mark.slow
