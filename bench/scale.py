@@ -137,14 +137,27 @@ def _tune(
     index: faiss.Index, kind: str, q: np.ndarray, truth: np.ndarray, k: int, target: float, nlist: int
 ) -> tuple[int, float, bool]:
     """Smallest efSearch / nprobe whose recall meets `target`; the largest tried when none does."""
-    sweep = EF_SEARCH_SWEEP if kind == "hnsw" else [p for p in NPROBE_SWEEP if p <= nlist] or [nlist]
-    value, recall = sweep[-1], 0.0
-    for value in sweep:
+
+    def recall_with(value: int) -> float:
         if kind == "hnsw":
             V.set_search_params(index, ef_search=max(value, k))
         else:
             V.set_search_params(index, nprobe=value)
-        recall = recall_at_k(_exact_top_k(index, q, k), truth)
+        return recall_at_k(_exact_top_k(index, q, k), truth)
+
+    return smallest_meeting(EF_SEARCH_SWEEP if kind == "hnsw" else nprobe_sweep(nlist), recall_with, target)
+
+
+def nprobe_sweep(nlist: int) -> list[int]:
+    return [p for p in NPROBE_SWEEP if p <= nlist] or [nlist]
+
+
+def smallest_meeting(values: Sequence[int], recall_with, target: float) -> tuple[int, float, bool]:
+    """(value, its recall, met): the first of ``values`` whose ``recall_with(value)`` meets ``target``,
+    else the last one tried."""
+    value, recall = values[-1], 0.0
+    for value in values:
+        recall = recall_with(value)
         if recall >= target:
             return value, recall, True
     return value, recall, False
@@ -153,12 +166,18 @@ def _tune(
 def _latencies_ms(index: faiss.Index, q: np.ndarray, k: int, params=None) -> np.ndarray:
     """Per-query latency as `/search` pays it: one query per call, after one untimed pass (``params``:
     FAISS search parameters, e.g. an IVF-PQ refine's)."""
-    for i in range(len(q)):
-        index.search(q[i : i + 1], k, params=params)
+    return latencies_ms(lambda one: index.search(one, k, params=params), q)
+
+
+def latencies_ms(search, q: np.ndarray, warm: int | None = None) -> np.ndarray:
+    """``search(one query)``'s latency per query, one query per call, after ``warm`` untimed queries
+    (default: one pass over all)."""
+    for i in range(len(q) if warm is None else min(warm, len(q))):
+        search(q[i : i + 1])
     out = np.empty(len(q))
     for i in range(len(q)):
         t0 = time.perf_counter()
-        index.search(q[i : i + 1], k, params=params)
+        search(q[i : i + 1])
         out[i] = (time.perf_counter() - t0) * 1e3
     return out
 
