@@ -223,6 +223,10 @@ def _corpus_checksum(docs: DocStore) -> str:
     return h.hexdigest()
 
 
+def _gen_number(gen: Path) -> int:
+    return int(re.sub(r"\D", "", gen.name))
+
+
 def _gen_name(n: int) -> str:
     return f"gen-{n:06d}"
 
@@ -393,13 +397,13 @@ def _replacing(out: Path, record: dict) -> Iterator[Path]:
     """:func:`atomic_dir` for a new build at ``out`` whose vectors are ``record``'s, minding Milvus: a
     build that fails drops the collection it made; one that commits drops the collection of the build it
     replaced, unless a reader (a server) still holds that build, which is then told to the user."""
-    old, fds = None, []
     try:
-        old = (read_index_manifest(out).get("store") or {}) if (out / CURRENT).exists() else None
+        old = (read_index_manifest(out).get("store") or {}) if (out / CURRENT).exists() else {}
     except (IndexNotFound, OSError, ValueError):
-        old = None
-    if old and old.get("kind") == "milvus":  # a reader holds its generation's READERS: held across the swap
-        fds = [os.open(g / READERS, os.O_CREAT | os.O_RDWR, 0o644) for g in out.glob("gen-*") if g.is_dir()]
+        old = {}
+    old = old if old.get("kind") == "milvus" else None
+    # a reader holds its generation's READERS: these descriptors are held across the swap to ask it after
+    fds = [os.open(g / READERS, os.O_CREAT | os.O_RDWR, 0o644) for g in out.glob("gen-*") if g.is_dir()] if old else []
     try:
         try:
             with atomic_dir(out) as tmp:
@@ -409,7 +413,7 @@ def _replacing(out: Path, record: dict) -> Iterator[Path]:
                 with contextlib.suppress(Exception):  # Milvus may be what failed
                     milvus_client(record["uri"]).drop_collection(record["collection"])
             raise
-        if fds or (old and old.get("kind") == "milvus"):
+        if old is not None:
             _drop_unread_collection(old, fds)
     finally:
         for fd in fds:
@@ -599,7 +603,7 @@ def _commit(path: Path, gen: Path, manifest: dict, index, stored: list[StoredDoc
             milvus: dict | None) -> dict:  # fmt: skip
     """Write the generation after ``gen`` (crash-safe: a scratch folder renamed, then ``CURRENT`` switched),
     remove the generations nobody reads, and the Milvus rows that no generation left can see."""
-    number = int(re.sub(r"\D", "", gen.name)) + 1
+    number = _gen_number(gen) + 1
     manifest = dict(manifest, generation=number, updated_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     scratch = path / f".{_gen_name(number)}.tmp-{uuid.uuid4().hex[:8]}"
     scratch.mkdir()
@@ -617,7 +621,7 @@ def _commit(path: Path, gen: Path, manifest: dict, index, stored: list[StoredDoc
     for stale in path.glob(".gen-*.tmp-*"):
         shutil.rmtree(stale, ignore_errors=True)
     if milvus is not None:
-        oldest = min(int(re.sub(r"\D", "", g.name)) for g in path.glob("gen-*") if g.is_dir())
+        oldest = min(_gen_number(g) for g in path.glob("gen-*") if g.is_dir())
         MilvusStore.purge(milvus["uri"], milvus["collection"], oldest)
     return manifest
 

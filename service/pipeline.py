@@ -494,16 +494,16 @@ class Pipeline:
         # the pool is the documents: columns are the live rows (rows of deleted documents are not in it)
         live = np.arange(n) if self.index.documents == n else np.asarray(self.index.docs.rows(), dtype=np.int64)
         col_of = {int(r): j for j, r in enumerate(live)}
+        col_of_id = {x: col_of[r] for x, r in row_of.items()}
         S = A.score_matrix([[col_of[r] for r in ranking] for ranking in rankings], len(live))
         R = np.zeros_like(S)
         for i, q in enumerate(queries):
-            R[i, [col_of[row_of[x]] for x in q.relevant]] = 1
+            R[i, [col_of_id[x] for x in q.relevant]] = 1
         au = A.audit_lists(S, R)
         langs = self._doc_langs[live]
         top1_langs = [langs[t] if au.ranked[i, t] else None for i, t in enumerate(au.top1)]
         ql = np.array([x or "und" for x in qlangs], dtype=object)
         matrix, rows_l, cols_l = M.top1_language_matrix(S, ql, np.array([x or "und" for x in langs], dtype=object))
-        cols = {x: col_of[r] for x, r in row_of.items()}
         return {
             "pool_size": len(live),
             "k": depth,
@@ -512,7 +512,7 @@ class Pipeline:
             "top1_lang_matrix": {
                 r: {c: float(matrix[a, b]) for b, c in enumerate(cols_l)} for a, r in enumerate(rows_l)
             },
-            "queries": self._per_query(queries, qlangs, au, cols, top1_langs, live),
+            "queries": self._per_query(queries, qlangs, au, col_of_id, top1_langs, live),
         }
 
     def _check_diagnose(self, queries: list[A.LabelledQuery], opts: SearchOptions, field_name: str) -> dict[str, int]:
