@@ -149,9 +149,9 @@ def bench_peers(cfg, table) -> str:
     from indexes.corpora import load_xquad
     from service.models.encoder import Encoder
     from service.models.engine import EngineOptions, resolve
-    from service.models.registry import default_biencoder
+    from service.models.registry import default_weights
 
-    path = Path(default_biencoder(cfg.home))
+    path = Path(default_weights(cfg.home))
     x = load_xquad(["en"], split="test")
     n = 8 if cfg.tiny else 160
     passages = [d.text for d in x.documents()[:n]]

@@ -119,10 +119,10 @@ def _precisions(cfg: BenchConfig) -> list[str]:
 def bench_embed(cfg: BenchConfig) -> str:
     from service.models.encoder import Encoder
     from service.models.engine import EngineOptions, resolve
-    from service.models.registry import default_biencoder
+    from service.models.registry import default_weights
 
     home = cfg.home
-    path = default_biencoder(home)
+    path = default_weights(home)
     n = 8 if cfg.tiny else 64 if cfg.quick else 160
     texts = [d.text for d in load_xquad(["en"], split="test").documents()[:n]]
     ours = {p: Encoder(path, home=home, options=EngineOptions(precision=p)) for p in _precisions(cfg)}
@@ -336,13 +336,13 @@ def bench_build(cfg: BenchConfig) -> Built:
     from indexes.index import IndexNotFound, build_index, current_generation, open_index
     from service.models.encoder import Encoder
     from service.models.engine import EngineOptions
-    from service.models.registry import default_biencoder, demo_index_path
+    from service.models.registry import default_weights, demo_index_path
 
     langs = ["en"] if cfg.tiny else ["en", "zh"] if cfg.quick else list(XQUAD_LANGS)
     # tiny: a slice, so the demo index (all 240 paragraphs per language) is not written from it
     docs = load_xquad(langs, split="test").documents()[:24] if cfg.tiny else load_xquad(langs, split="all").documents()
     t0 = time.perf_counter()
-    enc = Encoder(default_biencoder(cfg.home), home=cfg.home, options=EngineOptions())
+    enc = Encoder(default_weights(cfg.home), home=cfg.home, options=EngineOptions())
     load_s = time.perf_counter() - t0
     with tempfile.TemporaryDirectory(prefix="samelang-bench-") as tmp:
         t0 = time.perf_counter()

@@ -19,10 +19,10 @@ class EmbedPassages:
     """The callable class of ``map_batches``: one encoder per actor, loaded once."""
 
     def __init__(self, model: str, home: str | None, precision: str, device: str, threads: int | None):
-        from .models.encoder import Encoder
         from .models.engine import EngineOptions
+        from .models.registry import open_encoder
 
-        self.encoder = Encoder(Path(model), device=device, home=Path(home) if home else None,
+        self.encoder = open_encoder(Path(model), device=device, home=Path(home) if home else None,
                                options=EngineOptions(precision, threads=threads))  # fmt: skip
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -56,11 +56,10 @@ index_app = typer.Typer(help="Build and inspect multilingual FAISS indexes.", no
 
 
 def _encoder(cfg: IndexOptions):
-    from .models.encoder import Encoder
-    from .models.registry import default_biencoder
+    from .models.registry import default_biencoder, open_encoder
 
     model = cfg.model or default_biencoder(cfg.home)
-    return Encoder(model, device=cfg.torch_device(), home=cfg.home, options=cfg.engine_options())
+    return open_encoder(model, device=cfg.torch_device(), home=cfg.home, options=cfg.engine_options())
 
 
 @index_app.command("build")
@@ -162,13 +161,20 @@ def ready_to_serve(cfg: ServiceSettings) -> bool:
     from .models.encoder import cache_dir
     from .models.engine import export_pending
     from .models.gemma_checkpoint import generator_ready
-    from .models.registry import default_biencoder, default_index_path, default_reranker, demo_index_ready
+    from .models.registry import (
+        default_biencoder,
+        default_index_path,
+        default_reranker,
+        demo_index_ready,
+        model_parts,
+    )
 
     if not base_model_ready(cfg.home):
         return False  # converting it is the child's work (default_biencoder below would convert it here)
     device, options, cache = cfg.torch_device(), cfg.engine_options(), cache_dir(cfg.home)
-    if export_pending(options, device, cfg.model or default_biencoder(cfg.home), cache, "embed"):
-        return False
+    for part in model_parts(cfg.model or default_biencoder(cfg.home), cfg.home):
+        if export_pending(options, device, part, cache, "embed"):
+            return False
     reranker = default_reranker(cfg.reranker, cfg.home)
     if reranker is not None and export_pending(options, device, reranker, cache, "score"):
         return False
@@ -180,13 +186,12 @@ def ready_to_serve(cfg: ServiceSettings) -> bool:
 def prepare_serving(cfg: ServiceSettings) -> None:
     """Make what the server reads: the converted base model, the ONNX exports of the served models,
     the demo index and the generator checkpoint (each once; cached under ``$SAMELANG_HOME``)."""
-    from .models.encoder import Encoder
     from .models.gemma_checkpoint import prepare_generator
-    from .models.registry import default_biencoder, default_reranker, ensure_demo_index
+    from .models.registry import default_biencoder, default_reranker, ensure_demo_index, open_encoder
     from .models.reranker import CrossEncoderReranker
 
     device, options = cfg.torch_device(), cfg.engine_options()
-    encoder = Encoder(cfg.model or default_biencoder(cfg.home), device=device, home=cfg.home, options=options)
+    encoder = open_encoder(cfg.model or default_biencoder(cfg.home), device=device, home=cfg.home, options=options)
     if cfg.index is None:
         ensure_demo_index(cfg.home, cfg.demo_langs, encoder, store=cfg.store_spec())
     reranker = default_reranker(cfg.reranker, cfg.home)

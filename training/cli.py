@@ -25,6 +25,7 @@ train_app = typer.Typer(help="Train the models (CPU for small runs, GPUs via tor
 eval_app = typer.Typer(help="Evaluate on the held-out XQuAD test articles.", no_args_is_help=True)
 
 README = Path(__file__).resolve().parents[1] / "README.md"
+EVALUATION_DOC = README.parent / "docs" / "evaluation.md"  # measured tables, written by the commands that measure them
 
 
 def _usage_errors(fn):
@@ -119,6 +120,11 @@ def eval_fusion_cmd(opts: FusionEvalOptions) -> None:
 def eval_pipeline_cmd(opts: PipelineEvalOptions) -> None:
     """What the reader gets, end to end: every retriever x reranker x candidate strategy through the
     served pipeline on the XQuAD test articles (12-language pool, bilingual pools, Mono-Same)."""
+    if opts.shapes or opts.tiny:
+        from .evaluation.shapes import run_shapes
+
+        typer.echo(run_shapes(opts, EVALUATION_DOC, log=typer.echo).table)
+        return
     from .evaluation.pipeline import run_pipeline_evaluation
 
-    typer.echo(run_pipeline_evaluation(opts, README, log=typer.echo).table)
+    typer.echo(run_pipeline_evaluation(opts, EVALUATION_DOC, log=typer.echo).table)

@@ -3,6 +3,7 @@ CPU-bound work run in the thread pool, JSON errors, auth, Prometheus metrics."""
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -42,9 +43,8 @@ def load_components(cfg: ServiceSettings) -> Components:
     """Load encoder, index, reranker, generator and language identifier (slow; once)."""
     from indexes.langid import get_identifier
 
-    from ..models.encoder import Encoder
+    from ..models import registry
     from ..models.generation import LlamaCppGenerator, NoGenerator, OpenAIGenerator
-    from ..models.registry import default_biencoder, default_generator_path, default_index_path, default_reranker
     from ..models.reranker import CosineReranker, CrossEncoderReranker
     from ..resources import LoadLedger, rss_mb
 
@@ -53,14 +53,15 @@ def load_components(cfg: ServiceSettings) -> Components:
     ledger = LoadLedger()
     options = cfg.engine_options()
     with ledger.measure("encoder"):
-        encoder = Encoder(cfg.model or default_biencoder(cfg.home), device=device, home=cfg.home, options=options)
+        model = cfg.model or registry.default_biencoder(cfg.home)
+        encoder = registry.open_encoder(model, device=device, home=cfg.home, options=options)
     with ledger.measure("index"):
         set_search_threads(cfg.search_threads)  # why 1: see Settings.search_threads
-        path = cfg.index or default_index_path(cfg)
+        path = cfg.index or registry.default_index_path(cfg)
         index: OpenIndex = open_index(path, encoder.info, use_gpu=cfg.use_gpu_index, uri=cfg.milvus_uri)
         if getattr(index, "lexical", None) is not None:
             encoder.analyzer  # noqa: B018  (built here, so that its cost is the index's, not a first request's)
-    reranker_path = default_reranker(cfg.reranker, cfg.home)
+    reranker_path = registry.default_reranker(cfg.reranker, cfg.home)
     with ledger.measure("reranker"):
         reranker = (
             CrossEncoderReranker(
@@ -71,9 +72,8 @@ def load_components(cfg: ServiceSettings) -> Components:
         )
     with ledger.measure("generator"):
         if cfg.generator == "llamacpp":
-            generator = LlamaCppGenerator(
-                cfg.generator_model or default_generator_path(cfg.home), threads=cfg.threads, n_ctx=cfg.generator_ctx
-            )
+            gguf = cfg.generator_model or registry.default_generator_path(cfg.home)
+            generator = LlamaCppGenerator(gguf, threads=cfg.threads, n_ctx=cfg.generator_ctx)
         elif cfg.generator == "openai":
             generator = OpenAIGenerator(
                 cfg.openai_url, cfg.openai_model, cfg.openai_api_key, cfg.openai_timeout, cfg.openai_retries
@@ -123,6 +123,25 @@ def _faiss_build() -> str:
     return f"{faiss.__version__} {faiss.get_compile_options()}"
 
 
+def fusion_parts(enc) -> dict:
+    """A fused retriever's components (:mod:`service.models.fused`): its two models and its knobs."""
+    from dataclasses import asdict
+
+    return {"same_language_model": enc.same.name, "cross_language_model": enc.cross.name, **asdict(enc.fusion)}
+
+
+def measured_defaults() -> dict | None:
+    """What ``models/serving.json`` says of the measured default: its row, the rule that chose it,
+    its score per collection shape on the test articles and what it is good and bad at."""
+    from ..models.registry import SERVED_DEFAULTS
+
+    if not SERVED_DEFAULTS.exists():
+        return None
+    data = json.loads(SERVED_DEFAULTS.read_text())
+    keep = ("chosen", "rule", "good_at", "bad_at", "command")
+    return {**{k: data[k] for k in keep if k in data}, "test": data.get("test", {}).get(data.get("chosen"))}
+
+
 def describe(pipeline: Pipeline, cfg: ServiceSettings) -> dict:
     """What ``/info`` reports: models, index manifest, generator, limits."""
     enc, index, reranker, generator = pipeline.encoder, pipeline.index, pipeline.reranker, pipeline.generator
@@ -140,7 +159,12 @@ def describe(pipeline: Pipeline, cfg: ServiceSettings) -> dict:
             "kind": reranker.kind,
             **(rerank_engine.describe() if rerank_engine else {}),
         },
-        "defaults": {**pipeline.components(), "reranks_by_default": pipeline.defaults.rerank},
+        "defaults": {
+            **pipeline.components(),
+            "reranks_by_default": pipeline.defaults.rerank,
+            **({"fusion": fusion_parts(enc)} if getattr(enc, "fusion", None) else {}),
+            "measured": measured_defaults(),
+        },
         "micro_batching": {
             "enabled": cfg.micro_batching,
             "wait_ms": cfg.batch_wait_ms,

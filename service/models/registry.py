@@ -11,7 +11,9 @@ from indexes.corpora import check_langs, load_xquad
 from indexes.index import IndexNotFound, build_index, read_index_manifest
 
 from .base_model import ensure_base_model
+from .encoder import Encoder
 from .folder import is_adapter, model_fingerprint
+from .fused import FusedEncoder, FusionConfig, fused_fingerprint, is_fused_folder
 from .gemma_checkpoint import generator_gguf
 
 REPO_MODELS = Path(__file__).resolve().parents[2] / "models"
@@ -61,6 +63,40 @@ def resolve_model(name: str, home: Path) -> Path:
     return Path(name)
 
 
+def open_encoder(path: str | Path, device: str = "cpu", home: Path | None = None, options=None):
+    """The bi-encoder of a model folder: an :class:`Encoder`, or for a fused retriever's folder
+    (``fused.json``, :mod:`service.models.fused`) a :class:`FusedEncoder` over its two parts."""
+    if not is_fused_folder(path):
+        return Encoder(path, device=device, home=home, options=options)
+    cfg = FusionConfig.read(Path(path))
+    if home is None:
+        raise ValueError(f"{path} is a fused retriever: its parts are found under the home folder, pass home")
+    parts = [Encoder(resolve_model(p, home), device=device, home=home, options=options) for p in (cfg.same, cfg.cross)]
+    return FusedEncoder(Path(path), *parts, cfg)
+
+
+def served_fingerprint(model: Path, home: Path) -> str:
+    """:func:`model_fingerprint`, also for a fused retriever's folder (from its parts; no weights read)."""
+    if not is_fused_folder(model):
+        return model_fingerprint(model)
+    cfg = FusionConfig.read(model)
+    return fused_fingerprint(*(model_fingerprint(resolve_model(p, home)) for p in (cfg.same, cfg.cross)))
+
+
+def model_parts(model: str | Path, home: Path) -> list[Path]:
+    """The weight folders behind a bi-encoder folder: itself, or a fused retriever's two models."""
+    if not is_fused_folder(model):
+        return [Path(model)]
+    cfg = FusionConfig.read(Path(model))
+    return [resolve_model(p, home) for p in (cfg.same, cfg.cross)]
+
+
+def default_weights(home: Path) -> Path:
+    """The served bi-encoder's weights, for what measures one model (engine speed, precision, the
+    reranker evaluation's candidates): the served folder, or a fused retriever's same-language model."""
+    return model_parts(default_biencoder(home), home)[0]
+
+
 def default_biencoder(home: Path) -> Path:
     """The served bi-encoder: the retriever of the measured defaults (``models/serving.json``)."""
     ensure_base_model(home)
@@ -108,9 +144,11 @@ def default_index_path(cfg) -> Path:
     """The demo index of the served encoder at the precision it runs here (cheap: no weights read)."""
     from .engine import precision_variant, resolve
 
-    model = cfg.model or default_biencoder(cfg.home)
-    precision = resolve(cfg.engine_options(), cfg.torch_device(), Path(model)).precision
-    return demo_index_path(cfg.home, cfg.demo_langs, model_fingerprint(model), precision_variant(precision), cfg.store,
+    model = Path(cfg.model or default_biencoder(cfg.home))
+    parts = model_parts(model, cfg.home)
+    variants = [precision_variant(resolve(cfg.engine_options(), cfg.torch_device(), p).precision) for p in parts]
+    variant = "+".join(dict.fromkeys(variants))  # as FusedEncoder.cache_tag
+    return demo_index_path(cfg.home, cfg.demo_langs, served_fingerprint(model, cfg.home), variant, cfg.store,
                            cfg.milvus_uri)  # fmt: skip
 
 

@@ -49,6 +49,12 @@ def test_serve_runs_the_shipped_defaults(served, base_model_path):
     assert ready.json()["documents"] == len(load_xquad(["en"], split="all").documents()) == 240
 
     info = served.get("/info").json()
+    measured, fusion = info["defaults"].pop("measured"), info["defaults"].pop("fusion", None)
+    assert measured["chosen"] == json.loads((REPO / "models" / "serving.json").read_text())["chosen"]
+    if (REPO / "models" / card["retriever"] / "fused.json").exists():  # a fused retriever names both models
+        assert fusion["same_language_model"] and fusion["cross_language_model"] and fusion["cross_offset"] is not None
+    else:
+        assert fusion is None
     assert info["defaults"] == {
         "retriever": retriever,
         "lexical_weight": card.get("lexical_weight") or None,  # the demo index has its BM25 half

@@ -3,6 +3,9 @@ paragraph in all 12 languages), the real base model, and a real HTTP server."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import httpx
 import numpy as np
 import pytest
@@ -125,8 +128,13 @@ def test_bad_language_preference_is_a_422_naming_the_field(client12, pref):
 
 def test_info_names_the_served_components(client12):
     info = client12.get("/info").json()
+    measured = info["defaults"].pop("measured")
     assert info["defaults"] == {"retriever": "multilingual-e5-small", "lexical_weight": None, "reranker": None,
                                 "rerank_k": None, "candidates": "groups", "reranks_by_default": False}  # fmt: skip
+    # what models/serving.json says of the shipped default, whatever this app serves
+    served = json.loads((Path(__file__).resolve().parents[2] / "models" / "serving.json").read_text())
+    assert measured["chosen"] == served["chosen"] and measured["test"] == served["test"][served["chosen"]]
+    assert measured["good_at"] and "bad_at" in measured
 
 
 # -- hybrid retrieval (dense + BM25) -------------------------------------------------------------

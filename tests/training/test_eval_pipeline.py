@@ -97,24 +97,27 @@ def test_score_cache_scores_each_pair_once_and_survives_a_restart(tmp_path):
 def test_served_defaults_file_drives_the_service(tmp_path, monkeypatch):
     from service.config import ServiceSettings
     from service.models import registry
+    from training.evaluation import shapes as S
 
-    row = ev.Row("base", "lamar-e5-small", "groups")
-    row.results = {"sample": {"ndcg_at_1": {"mean": 95.0, "ci95": [93, 97]}}, "latency_ms_p50": 1200.0}
-    base = ev.Row("base", "none", "documents")
-    base.results = {"sample": {"ndcg_at_1": {"mean": 92.0, "ci95": [90, 94]}}, "latency_ms_p50": 15.0}
+    def results(*rows):
+        res = {s: {S.PRIMARY[s]: {"mean": 90.0}} for s in S.SHAPES}
+        res["partial"].update({m: {"mean": 50.0} for m in ("reader_at_1", "cross_at_1")})
+        return {r: res for r in rows}
 
-    class Ev:
-        sample = np.arange(48)
-
+    row = S.ShapeRow("base")
     path = tmp_path / "serving.json"
-    ev.write_served_defaults(row, base, Ev(), path)
+    S.write_serving(path, row, results(row), results(row), {row: {"mean": 90.0, "below_base": []}}, "cmd")
     data = json.loads(path.read_text())
-    assert data["served"] == {"retriever": "base", "reranker": "lamar-e5-small", "candidates": "groups",
+    assert data["served"] == {"retriever": "base", "reranker": "none", "candidates": "groups",
                               "rerank_k": 20, "lexical_weight": 0.0}  # fmt: skip
+    assert data["chosen"] == row.name and data["test"][row.name]["partial"] == 90.0 and "rule" in data
     monkeypatch.setattr(registry, "SERVED_DEFAULTS", path)
     monkeypatch.setattr(registry.served_defaults, "__defaults__", (path,))
     d = ServiceSettings().pipeline_defaults()
-    assert (d.rerank, d.rerank_k, d.group_candidates) == (True, 20, True)
+    assert (d.rerank, d.rerank_k, d.group_candidates, d.lexical_weight) == (False, 20, True, 0.0)
+    # a reranked row (a hand-written file: the shape judge serves none today) reranks by default
+    path.write_text(json.dumps({"served": {"retriever": "base", "reranker": "lamar-e5-small", "candidates": "groups"}}))
+    assert ServiceSettings().pipeline_defaults().rerank is True
     assert registry.default_reranker(None) == registry.LAMAR_RERANKER
     assert ServiceSettings(rerank=False, group_candidates=False).pipeline_defaults().rerank is False
     # an explicit --reranker turns reranking on unless --no-rerank says otherwise
@@ -124,11 +127,11 @@ def test_served_defaults_file_drives_the_service(tmp_path, monkeypatch):
     assert registry.default_reranker(None) is None and registry.default_reranker("cosine") is None
     assert ServiceSettings().pipeline_defaults().lexical_weight == 0.0  # a file from before hybrid rows: dense
     # a hybrid row: its BM25 weight is served, and --lexical-weight / SAMELANG_LEXICAL_WEIGHT override it
-    hybrid = ev.Row("base", "none", "documents", lexical=0.08)
-    hybrid.results = row.results
-    ev.write_served_defaults(hybrid, base, Ev(), path)
-    assert json.loads(path.read_text())["served"]["lexical_weight"] == 0.08
-    assert ServiceSettings().pipeline_defaults().lexical_weight == 0.08
+    hybrid = S.ShapeRow("e5-small-fused", 0.04)
+    S.write_serving(path, hybrid, results(hybrid), results(hybrid), {hybrid: {"mean": 90.0, "below_base": []}}, "c")
+    assert json.loads(path.read_text())["served"]["lexical_weight"] == 0.04
+    assert ServiceSettings().pipeline_defaults().lexical_weight == 0.04
+    assert registry.default_biencoder(ServiceSettings().home) == registry.REPO_MODELS / "e5-small-fused"
     assert ServiceSettings(lexical_weight=0).pipeline_defaults().lexical_weight == 0
     monkeypatch.setenv("SAMELANG_LEXICAL_WEIGHT", "0.2")
     assert ServiceSettings().pipeline_defaults().lexical_weight == 0.2

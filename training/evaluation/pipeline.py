@@ -434,9 +434,9 @@ def markdown(rows: list[Row], chosen: Row | None = None, http: dict | None = Non
         bi = res.get("bilingual", {}).get("average") or {}
         mark = []
         if chosen is not None and r is chosen:
-            mark.append("**served**")
-        if r.served and r is not chosen:
-            mark.append("(served before)")
+            mark.append("**best on this pool**")
+        if r.served:
+            mark.append("(served)")
         name = " ".join([r.name, *mark])
         ci = s["ndcg_at_1"]["ci95"]
         lines.append(
@@ -523,56 +523,22 @@ def how_text(ev: PipelineEvaluation, minutes: float, card: bool = False) -> str:
     )
 
 
-def write_served_defaults(chosen: Row, baseline: Row | None, ev: PipelineEvaluation, path: Path | None = None) -> None:
-    """``models/serving.json``: the winning row, which ``samelang serve`` then runs by default."""
-    import json
-
-    from indexes.atomic import atomic_write_text
-    from service.models.registry import SERVED_DEFAULTS
-
-    def summary(r: Row) -> dict:
-        s = r.results["sample"]
-        return {"name": r.name, **{m: round(s[m]["mean"], 2) for m in s}, "latency_ms_p50": r.results["latency_ms_p50"]}
-
-    data = {
-        "served": {
-            "retriever": chosen.retriever,
-            "reranker": chosen.reranker,
-            "candidates": chosen.strategy,
-            "rerank_k": CANDIDATES,
-            "lexical_weight": chosen.lexical,
-        },  # fmt: skip
-        "why": "best reader-gold nDCG@1 on the 12-language pool (sample), ties to the lower latency",
-        "chosen": summary(chosen),
-        "base_without_reranker": summary(baseline) if baseline else None,
-        "sample_per_lang": len(ev.sample),
-        "command": "samelang eval pipeline --card",
-    }
-    atomic_write_text(path or SERVED_DEFAULTS, json.dumps(data, indent=2) + "\n")
-
-
 def write_readme_section(readme: Path, heading: str, table: str, how: str, chosen: Row, baseline: Row | None) -> None:
-    """Replace (or append before the data section) the README section that explains the defaults."""
-
+    """Replace (or append) the section of ``docs/evaluation.md`` that details the parallel pool."""
     s = chosen.results["sample"]["ndcg_at_1"]["mean"]
     b = baseline.results["sample"]["ndcg_at_1"]["mean"] if baseline else None
     body = (
-        f"`samelang serve` with no flags runs the row marked **served**: `{chosen.name}` "
-        f"(reader-gold nDCG@1 {s:.2f}"
-        + (f" vs {b:.2f} for the base model's plain top-k" if b is not None else "")
-        + "). The choice is data: `samelang eval pipeline --card` writes `models/serving.json`, which the "
-        "service reads at start (`--reranker`, `--rerank`, `--group-candidates`, `--lexical-weight`, `--model` "
-        "override it). A default may not lose to the base model without a reranker on reader-gold nDCG@1; rows "
-        "tied on it are told apart by graded nDCG@10 (the gold's other language versions shown next), then "
-        "latency and simplicity. Hybrid rows (`+ BM25 (w=...)`) use the weight `samelang eval fusion` tuned on "
-        "train articles (`models/fusion.json`).\n\n"
+        f"On this one shape (every paragraph in all 12 languages, labelled groups) the best row is `{chosen.name}` "
+        f"(reader-gold nDCG@1 {s:.2f}" + (f" vs {b:.2f} for the base model's plain top-k" if b is not None else "")
+        + "). What is served is chosen on every collection shape (the section above). Hybrid rows (`+ BM25 (w=...)`) "
+        "use the weight `samelang eval fusion` tuned on train articles (`models/fusion.json`).\n\n"
         f"{table}\n\n{how}\n"
     )
-    replace_section(readme, heading, body, before="## Data and models bundled")
+    replace_section(readme, heading, body)
 
 
 # ----------------------------------------------------------------------------- the command's object
-PIPELINE_SECTION = "## Served defaults: the end-to-end evaluation"
+PIPELINE_SECTION = "## The 12-language parallel pool in detail: rerankers, candidates, bilingual pools"
 
 
 class PipelineEvalOptions(EvalOptions):
@@ -588,7 +554,10 @@ class PipelineEvalOptions(EvalOptions):
     full: bool = Field(False, description="Reranked rows on all 374 questions per language too.")
     per_lang: int = Field(SAMPLE_PER_LANG, ge=1, le=374, description="Sample: questions per language (>= 48).")
     http: bool = Field(True, description="Also measure the served defaults over HTTP /answer.")
-    card: bool = Field(False, description="Serve the winning row: write models/serving.json and the README section.")
+    card: bool = Field(
+        False, description="Write the tables to docs/evaluation.md (with --shapes: also serve the chosen row, "
+        "models/serving.json).",
+    )  # fmt: skip
     cache: bool = Field(True, description="Reuse cross-encoder scores kept in the cache.")
     lexical: bool = Field(
         True, description="Also run each retriever as a hybrid with its BM25 weight from models/fusion.json."
@@ -597,6 +566,11 @@ class PipelineEvalOptions(EvalOptions):
         None, ge=1, description="Smoke runs only: the first N test questions per language (the table then says so)."
     )
     out: Path = Field(Path("runs/eval-pipeline"), description="Folder for results.json and results.md.")
+    shapes: bool = Field(
+        False, description="Judge on every collection shape (parallel, partial translations, one language each, "
+        "Mono-Same): choose the served row on train articles, report on test articles (with --card: serve it).",
+    )  # fmt: skip
+    tiny: bool = Field(False, description="With --shapes: a few paragraphs and questions per shape (seconds).")
 
     @model_validator(mode="after")
     def _card_needs_the_sample(self) -> PipelineEvalOptions:
@@ -639,8 +613,9 @@ def evaluation_from(options: PipelineEvalOptions, log=print) -> PipelineEvaluati
 
 
 def run_pipeline_evaluation(options: PipelineEvalOptions, readme: Path, log=print) -> Report:
-    """Every row, the winner, (with ``card``) ``models/serving.json`` and the README section, the
-    served defaults over HTTP; the report also lands in ``options.out``."""
+    """Every row, the best on this pool, the served defaults over HTTP, and (with ``card``) the
+    section of ``docs/evaluation.md``; the report also lands in ``options.out``. What is served is
+    chosen on every collection shape (``--shapes``, :mod:`.shapes`), not here."""
     from service.models.registry import BASE, served_defaults
 
     t0 = time.perf_counter()
@@ -648,8 +623,6 @@ def run_pipeline_evaluation(options: PipelineEvalOptions, readme: Path, log=prin
     rows = evaluation.run()
     chosen = best_row(rows)
     baseline = next((r for r in rows if r.key == (BASE, "none", "documents", 0.0)), None)
-    if options.card:
-        write_served_defaults(chosen, baseline, evaluation)
     http = None
     if options.http:
         served = served_defaults()
@@ -671,5 +644,5 @@ def run_pipeline_evaluation(options: PipelineEvalOptions, readme: Path, log=prin
     report.write(options.out)
     if options.card:
         write_readme_section(readme, PIPELINE_SECTION, table, how, chosen, baseline)
-        log(f"served defaults -> models/serving.json; table -> {readme.name} ({PIPELINE_SECTION[3:]})")
+        log(f"table -> {readme} ({PIPELINE_SECTION[3:]})")
     return report

@@ -179,7 +179,7 @@ class PrecisionEvaluation:
     def __init__(self, options: PrecisionEvalOptions, log=print):
         from service.config import settings
         from service.models.engine import cpu_has_bf16, precision_device
-        from service.models.registry import default_biencoder, default_cross_encoder
+        from service.models.registry import default_cross_encoder, default_weights
 
         self.options, self.log, self.cfg = options, log, settings(home=options.home)
         self.device = self.cfg.torch_device()
@@ -187,7 +187,7 @@ class PrecisionEvaluation:
         self.record_key = precision_device(self.device)  # cuda, or cpu:<this CPU's class>
         alternatives = ["bf16", "fp16"] if self.on_gpu else ["int8"] + (["bf16"] if cpu_has_bf16() else [])
         self.precisions = list(dict.fromkeys(["fp32", *(options.precision or alternatives)]))
-        self.biencoder = Path(options.biencoder or default_biencoder(self.cfg.home))
+        self.biencoder = Path(options.biencoder or default_weights(self.cfg.home))
         skip = options.reranker is not None and options.reranker.lower() == "none"
         chosen = None if skip else (options.reranker or default_cross_encoder())
         self.reranker = Path(chosen) if chosen else None

@@ -335,13 +335,13 @@ class RerankerEvaluation:
 
     def __init__(self, options: RerankerEvalOptions):
         from service.config import settings
-        from service.models.registry import default_biencoder, default_cross_encoder
+        from service.models.registry import default_cross_encoder, default_weights
 
         self.options, self.cfg = options, settings(home=options.home)
         self.models = list(options.model) or [m for m in [default_cross_encoder()] if m is not None]
         if not self.models:
             raise ValueError("no reranker in models/: train one (`samelang train reranker`) or pass --model")
-        self.retriever = Path(options.retriever or default_biencoder(self.cfg.home))
+        self.retriever = Path(options.retriever or default_weights(self.cfg.home))
 
     def _embeddings(self, path: Path) -> Embeddings:
         from service.models.encoder import Encoder

@@ -1,0 +1,134 @@
+"""The collection-shape judge (``samelang eval pipeline --shapes``): the fixed constructions, the
+metrics on lists whose answers are known by hand, the serving rule, and the tiny run end to end
+(every shape, the served row through a real HTTP server giving the numbers ``Pipeline.search`` gives)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from indexes.corpora import XQUAD_LANGS, load_xquad
+from service.metrics.audit import LabelledQuery
+from training.evaluation import shapes as S
+
+
+def _groups(split="all"):
+    return [p.group for p in load_xquad(["en"], split=split).paragraphs]
+
+
+def test_the_shapes_are_fixed_and_hold_what_they_promise():
+    groups = _groups()
+    partial = S.present_versions("partial", groups)
+    assert partial == S.present_versions("partial", list(reversed(groups)))  # a hash per version, not an order
+    assert {g for g, _ in partial} == set(groups)  # at least one version of every paragraph
+    share = {x: sum((g, x) in partial for g in groups) / len(groups) for x in XQUAD_LANGS}
+    assert abs(share["en"] - S.P_EN) < 0.08 and all(abs(share[x] - S.P_OTHER) < 0.08 for x in XQUAD_LANGS[1:])
+    one = S.present_versions("one", groups)
+    assert len(one) == len(groups) and {g for g, _ in one} == set(groups)
+    assert len({x for _, x in one}) == 12  # every language holds some paragraphs
+    assert S.present_versions("parallel", groups) == {(g, x) for g in groups for x in XQUAD_LANGS}
+    with pytest.raises(ValueError, match="unknown shape"):
+        S.present_versions("mostly-english", groups)
+
+
+def test_only_the_parallel_shape_carries_group_labels_and_test_pools_hold_every_paragraph():
+    docs = S.shape_documents("partial", "test")
+    assert docs and all(d.group is None for d in docs)
+    assert {d.id for d in docs} <= {p.id for x in XQUAD_LANGS for p in load_xquad([x]).paragraphs}
+    assert len({d.metadata["article"] for d in docs}) == 48  # test questions search all 240 paragraphs
+    train = S.shape_documents("one", "train")
+    test_articles = {p.article for p in load_xquad(["en"], split="test").paragraphs}
+    assert not {d.metadata["article"] for d in train} & test_articles  # tuning never sees a test paragraph
+    assert all(d.group for d in S.shape_documents("parallel", "train", max_paragraphs=2))
+
+
+def _q(lang, article, paragraph):
+    gid = f"xquad-{article}-{paragraph}"
+    return LabelledQuery("?", lang, gid, (), f"xquad-{lang}-{article}-{paragraph}")
+
+
+def test_metrics_on_hand_made_lists():
+    qs = [_q("de", 2, 0), _q("de", 2, 1), _q("zh", 5, 3), _q("zh", 5, 4)]
+    present = {("xquad-2-0", "de"), ("xquad-2-0", "en"), ("xquad-2-1", "en"), ("xquad-5-3", "zh"), ("xquad-5-4", "en")}
+    lists = [
+        ["xquad-en-2-0", "xquad-de-2-0"],  # found, but not the reader's version (which exists)
+        ["xquad-en-2-1"],  # found in English: the German one does not exist -> cross
+        ["xquad-zh-5-3"],  # the reader's version first
+        ["xquad-zh-9-9"] * 10 + ["xquad-en-5-4"],  # found only at rank 11
+    ]
+    m = S.score_lists("partial", lists, qs, present)
+    assert m["found_at_1"].tolist() == [1, 1, 1, 0]
+    assert np.isnan(m["reader_at_1"]).tolist() == [False, True, False, True]
+    assert m["reader_at_1"][[0, 2]].tolist() == [0, 1]
+    assert m["cross_at_1"][[1, 3]].tolist() == [1, 0]
+    assert m["found_at_10"].tolist() == [1, 1, 1, 0]
+    mono = S.score_lists("mono", [["xquad-de-1-1", "xquad-de-2-0"], ["xquad-de-2-1"], [], ["x-x-1-1"]], qs, present)
+    assert mono["ndcg_at_10"][0] == pytest.approx(1 / np.log2(3)) and mono["ndcg_at_10"][1:].tolist() == [1, 0, 0]
+    par = S.score_lists(
+        "parallel", [["xquad-en-2-0", "xquad-de-2-0"], ["xquad-de-2-1"], [], ["xquad-zh-5-4"]], qs, present
+    )
+    assert par["ndcg_at_1"].tolist() == [0, 1, 0, 1] and par["found_at_1"].tolist() == [1, 1, 0, 1]
+    assert par["mrr_at_10"].tolist() == [0.5, 1, 0, 1] and par["ndcg_at_10"][0] == pytest.approx(1 / np.log2(3))
+    summary = S.summarise(m, np.array([q.lang for q in qs]))
+    assert summary["reader_at_1"]["n"] == 2 and summary["reader_at_1"]["mean"] == 50.0
+    assert summary["cross_at_1"]["per_lang"]["de"] == 100.0 and summary["cross_at_1"]["per_lang"]["en"] is None
+
+
+def _result(**primary):
+    return {s: {S.PRIMARY[s]: {"mean": v}} for s, v in primary.items()}
+
+
+def test_the_serving_rule_is_the_best_mean_that_no_shape_fools():
+    base, hybrid, aligned, fused = (
+        S.ShapeRow("base"),
+        S.ShapeRow("base", 0.08),
+        S.ShapeRow("al"),
+        S.ShapeRow("fu", 0.04),
+    )
+    results = {
+        base: _result(parallel=90, partial=40, one=40, mono=95),
+        hybrid: _result(parallel=94, partial=30, one=20, mono=97),  # wins parallel, collapses the others
+        aligned: _result(parallel=85, partial=75, one=75, mono=90),  # best mean, but 5 points under base on mono
+        fused: _result(parallel=92, partial=70, one=70, mono=97),
+    }
+    chosen, verdict = S.serving_rule(results, base)
+    assert chosen == fused
+    assert verdict[hybrid]["below_base"] == ["partial", "one"] and verdict[aligned]["below_base"] == [
+        "parallel",
+        "mono",
+    ]
+    # a tie within TIE points goes to the simpler row (dense before hybrid)
+    results[base] = _result(parallel=92, partial=70, one=70, mono=97 - S.TIE / 2)
+    assert S.serving_rule(results, base)[0] == base
+
+
+@pytest.fixture(scope="module")
+def tiny(samelang_home, tmp_path_factory):
+    from training.evaluation.pipeline import PipelineEvalOptions
+
+    serving = S.Path(S.__file__).resolve().parents[2] / "models" / "serving.json"
+    before = serving.read_bytes()
+    opts = PipelineEvalOptions(shapes=True, tiny=True, out=tmp_path_factory.mktemp("shapes"), home=samelang_home)
+    report = S.run_shapes(opts, log=lambda m: None)
+    assert serving.read_bytes() == before  # a tiny run never changes what is served
+    return opts, report
+
+
+def test_the_tiny_judge_runs_every_shape_and_http_gives_the_pipelines_numbers(tiny):
+    opts, report = tiny
+    data = json.loads((opts.out / "shapes-tiny" / "results.json").read_text())
+    names = [r["row"] for r in data["test"]]
+    assert names[:2] == ["base -> groups", "base + BM25 (w=0.08) -> groups"] and data["chosen"] in names
+    for split in ("train", "test"):
+        for row in data[split]:
+            assert set(row["shapes"]) == set(S.SHAPES)
+            for shape, metrics in row["shapes"].items():
+                v = metrics[S.PRIMARY[shape]]
+                assert v["n"] == 2 * 12 and 0 <= v["mean"] <= 100, (split, row["row"], shape)
+    served = next(r for r in data["test"] if r["row"] == data["chosen"])
+    for shape in S.SHAPES:  # through HTTP, the served row's lists are the pipeline's
+        for metric, v in data["http"][shape].items():
+            assert v["mean"] == pytest.approx(served["shapes"][shape][metric]["mean"], nan_ok=True), (shape, metric)
+    assert "Reported on the test-article shapes" in report.table and "per query language" in report.table
