@@ -230,11 +230,12 @@ class Pipeline:
         return self.encoder.halves(self._stored_vectors(rows.tolist()))
 
     def _stored_vectors(self, rows: list[int]) -> np.ndarray:
-        """Stored vectors of ``rows`` (or, where the store keeps none reachable, their texts embedded again)."""
+        """The stored vectors of ``rows``, or (a GPU copy, an IVF index without a direct map) their
+        texts embedded again."""
         vecs = self.index.vectors(rows)
         if vecs is None:
             docs = self.index.docs.get_rows(rows)
-            vecs = self.encoder.encode_passages([d.text for d in docs])
+            vecs = normalise(self.encoder.encode_passages([d.text for d in docs]))
         return np.asarray(vecs, dtype=np.float32)
 
     def _fused_rows(self, qvec: np.ndarray, k: int, langs, lexical: LexicalQuery | None, qlang: str | None):
@@ -261,7 +262,7 @@ class Pipeline:
         enc = self.encoder
         d_same, d_cross = enc.halves(self._stored_vectors(rows.tolist()))
         q_same, q_cross = (h.reshape(-1) for h in enc.halves(qvec[:1]))
-        cal_same, cal_cross = self._calibration if self._calibration is not None else (d_same, d_cross)
+        cal_same, cal_cross = self._calibration  # None only for an index without documents: no rows here
         mu_s, sd_s = _moments(cal_same @ q_same)
         mu_c, sd_c = _moments(cal_cross @ q_cross)
         same = (d_same @ q_same).astype(np.float64)
@@ -304,14 +305,10 @@ class Pipeline:
             depth = min(n, depth * 2)
 
     def _fill_cosines(self, qvec: np.ndarray, dense: dict[int, float], rows: list[int]) -> None:
-        """The cosine of ``rows`` that the dense search did not return: from the stored vectors, or
-        (a GPU copy, an IVF index without a direct map) by embedding their texts again."""
+        """The cosine of ``rows`` that the dense search did not return (:meth:`_stored_vectors`)."""
         if not rows:
             return
-        vecs = self.index.vectors(rows)
-        if vecs is None:
-            docs = self.index.docs.get_rows(rows)
-            vecs = normalise(self.encoder.encode_passages([d.text for d in docs]))
+        vecs = self._stored_vectors(rows)
         dense.update(zip(rows, (vecs @ normalise(qvec)[0]).astype(np.float64).tolist()))
 
     def _search_rows(self, qvecs: np.ndarray, k: int, langs: Sequence[str] | None):
@@ -481,12 +478,11 @@ class Pipeline:
         weight = default if opts.lexical_weight is None else opts.lexical_weight
         lexical = self._lexical_scores(query, weight, opts.langs)
         n = max(opts.k, rerank_k)  # the candidates a reranker sees, whether or not one runs (candidate recall)
+        reader = qlang if confidence >= MIN_READER_CONFIDENCE else None
         if grouped:
-            reader = qlang if confidence >= MIN_READER_CONFIDENCE else None
             prefer = self._preference(opts.language_preference, reader)
             cands = self._group_candidates(qvec, n, opts.langs, prefer, lexical, reader)
         else:
-            reader = qlang if confidence >= MIN_READER_CONFIDENCE else None
             cands = self._document_candidates(qvec, n, opts.langs, lexical, reader)
         hits = list(cands)
         if rerank and cands:

@@ -8,7 +8,7 @@ import logging
 import threading
 import time
 from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from fastapi import APIRouter, FastAPI, Request
@@ -125,8 +125,6 @@ def _faiss_build() -> str:
 
 def fusion_parts(enc) -> dict:
     """A fused retriever's components (:mod:`service.models.fused`): its two models and its knobs."""
-    from dataclasses import asdict
-
     return {"same_language_model": enc.same.name, "cross_language_model": enc.cross.name, **asdict(enc.fusion)}
 
 

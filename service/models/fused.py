@@ -96,6 +96,12 @@ def fused_fingerprint(same: str, cross: str) -> str:
     return hashlib.sha256(f"fused-v1:{same}:{cross}".encode()).hexdigest()
 
 
+def joined_tag(tags: list[str]) -> str:
+    """The parts' precision or cache tags as one (``int8+fp32``; one tag when they agree): what a
+    fused retriever's embedding caches and demo index are keyed on."""
+    return "+".join(dict.fromkeys(tags))
+
+
 class FusedEncoder:
     """Two bi-encoders as one: vectors are ``[same; cross] / sqrt(2)`` (each half unit-normalised),
     so an index built with it holds both models' vectors; :class:`~service.pipeline.Pipeline`
@@ -120,12 +126,11 @@ class FusedEncoder:
 
     @property
     def precision(self) -> str:
-        return "+".join(dict.fromkeys([self.same.precision, self.cross.precision]))
+        return joined_tag([self.same.precision, self.cross.precision])
 
     @property
     def cache_tag(self) -> str:
-        a, b = self.same.cache_tag, self.cross.cache_tag
-        return a if a == b else f"{a}+{b}"
+        return joined_tag([self.same.cache_tag, self.cross.cache_tag])
 
     @property
     def engine(self):  # the token counter and tokenizer (both parts are e5: the same tokenizer)

@@ -13,7 +13,7 @@ from indexes.index import IndexNotFound, build_index, read_index_manifest
 from .base_model import ensure_base_model
 from .encoder import Encoder
 from .folder import is_adapter, model_fingerprint
-from .fused import FusedEncoder, FusionConfig, fused_fingerprint, is_fused_folder
+from .fused import FusedEncoder, FusionConfig, fused_fingerprint, is_fused_folder, joined_tag
 from .gemma_checkpoint import generator_gguf
 
 REPO_MODELS = Path(__file__).resolve().parents[2] / "models"
@@ -68,19 +68,17 @@ def open_encoder(path: str | Path, device: str = "cpu", home: Path | None = None
     (``fused.json``, :mod:`service.models.fused`) a :class:`FusedEncoder` over its two parts."""
     if not is_fused_folder(path):
         return Encoder(path, device=device, home=home, options=options)
-    cfg = FusionConfig.read(Path(path))
     if home is None:
         raise ValueError(f"{path} is a fused retriever: its parts are found under the home folder, pass home")
-    parts = [Encoder(resolve_model(p, home), device=device, home=home, options=options) for p in (cfg.same, cfg.cross)]
-    return FusedEncoder(Path(path), *parts, cfg)
+    parts = [Encoder(p, device=device, home=home, options=options) for p in model_parts(path, home)]
+    return FusedEncoder(Path(path), *parts, FusionConfig.read(Path(path)))
 
 
 def served_fingerprint(model: Path, home: Path) -> str:
     """:func:`model_fingerprint`, also for a fused retriever's folder (from its parts; no weights read)."""
     if not is_fused_folder(model):
         return model_fingerprint(model)
-    cfg = FusionConfig.read(model)
-    return fused_fingerprint(*(model_fingerprint(resolve_model(p, home)) for p in (cfg.same, cfg.cross)))
+    return fused_fingerprint(*(model_fingerprint(p) for p in model_parts(model, home)))
 
 
 def model_parts(model: str | Path, home: Path) -> list[Path]:
@@ -147,7 +145,7 @@ def default_index_path(cfg) -> Path:
     model = Path(cfg.model or default_biencoder(cfg.home))
     parts = model_parts(model, cfg.home)
     variants = [precision_variant(resolve(cfg.engine_options(), cfg.torch_device(), p).precision) for p in parts]
-    variant = "+".join(dict.fromkeys(variants))  # as FusedEncoder.cache_tag
+    variant = joined_tag(variants)
     return demo_index_path(cfg.home, cfg.demo_langs, served_fingerprint(model, cfg.home), variant, cfg.store,
                            cfg.milvus_uri)  # fmt: skip
 

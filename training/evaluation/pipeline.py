@@ -84,21 +84,30 @@ def bootstrap_ci(values: np.ndarray, n: int = 1000, seed: int = 0) -> tuple[floa
 
 
 class MemoEncoder:
-    """An :class:`~service.models.encoder.Encoder` whose query embeddings are looked up (computed
-    once, by the same encoder, in batches): the pipeline calls it exactly as it calls the encoder."""
+    """An encoder whose query and passage vectors are looked up (``known``: ``("query" | "passage",
+    text) -> vector``, computed once, by the same encoder, in batches); a text it does not know is
+    encoded by the model itself. The pipeline calls it exactly as it calls the encoder."""
 
-    def __init__(self, encoder, known: dict[str, np.ndarray]):
+    def __init__(self, encoder, known: dict[tuple[str, str], np.ndarray]):
         self._encoder, self._known = encoder, known
 
     def __getattr__(self, name):
         return getattr(self._encoder, name)
 
-    def encode_queries(self, texts: list[str], progress: bool = False) -> np.ndarray:
-        missing = [t for t in dict.fromkeys(texts) if t not in self._known]
+    def _look(self, kind: str, texts: list[str], encode) -> np.ndarray:
+        missing = [t for t in dict.fromkeys(texts) if (kind, t) not in self._known]
         if missing:
-            for t, v in zip(missing, self._encoder.encode_queries(missing)):
-                self._known[t] = v
-        return np.stack([self._known[t] for t in texts])
+            for t, v in zip(missing, encode(missing)):
+                self._known[(kind, t)] = v
+        if not texts:
+            return np.zeros((0, self._encoder.dim), np.float32)
+        return np.stack([self._known[(kind, t)] for t in texts]).astype(np.float32)
+
+    def encode_queries(self, texts: list[str], progress: bool = False) -> np.ndarray:
+        return self._look("query", texts, self._encoder.encode_queries)
+
+    def encode_passages(self, texts: list[str], progress: bool = False) -> np.ndarray:
+        return self._look("passage", texts, self._encoder.encode_passages)
 
 
 class CachedReranker:
@@ -219,7 +228,7 @@ class PipelineEvaluation:
         known = {}
         for lang in XQUAD_LANGS:
             for q, v in zip(load_xquad([lang], split="test").questions, emb.queries[lang]):
-                known[q.text] = v
+                known[("query", q.text)] = v
         index = open_index(pool_index(self.home, enc, emb), enc.info)
         return Retriever(name, enc, MemoEncoder(enc, known), index)
 
@@ -529,7 +538,8 @@ def write_readme_section(readme: Path, heading: str, table: str, how: str, chose
     b = baseline.results["sample"]["ndcg_at_1"]["mean"] if baseline else None
     body = (
         f"On this one shape (every paragraph in all 12 languages, labelled groups) the best row is `{chosen.name}` "
-        f"(reader-gold nDCG@1 {s:.2f}" + (f" vs {b:.2f} for the base model's plain top-k" if b is not None else "")
+        f"(reader-gold nDCG@1 {s:.2f}"
+        + (f" vs {b:.2f} for the base model's plain top-k" if b is not None else "")
         + "). What is served is chosen on every collection shape (the section above). Hybrid rows (`+ BM25 (w=...)`) "
         "use the weight `samelang eval fusion` tuned on train articles (`models/fusion.json`).\n\n"
         f"{table}\n\n{how}\n"

@@ -47,7 +47,7 @@ from indexes.corpora.records import Document
 from indexes.index import build_index, open_index
 from service.pipeline import Defaults, Limits, Pipeline, SearchOptions
 
-from .pipeline import bootstrap_ci
+from .pipeline import MemoEncoder, bootstrap_ci
 
 SHAPES = ("parallel", "partial", "one", "mono")
 PRIMARY = {"parallel": "ndcg_at_1", "partial": "found_at_1", "one": "found_at_1", "mono": "ndcg_at_10"}
@@ -278,32 +278,6 @@ class ShapeJudge:
             results[row] = self.evaluate(row)
             self.log(f"{row.name}: " + ", ".join(f"{s} {results[row][s][PRIMARY[s]]['mean']:.1f}" for s in self.shapes))
         return results
-
-
-class MemoEncoder:
-    """An encoder whose query and passage vectors are looked up (``("query" | "passage", text)``);
-    a text it does not know is encoded by the model itself. The pipeline calls it as the encoder."""
-
-    def __init__(self, encoder, known: dict):
-        self._encoder, self._known = encoder, known
-
-    def __getattr__(self, name):
-        return getattr(self._encoder, name)
-
-    def _look(self, kind: str, texts: list[str], encode) -> np.ndarray:
-        missing = [t for t in dict.fromkeys(texts) if (kind, t) not in self._known]
-        if missing:
-            for t, v in zip(missing, encode(missing)):
-                self._known[(kind, t)] = v
-        if not texts:
-            return np.zeros((0, self._encoder.dim), np.float32)
-        return np.stack([self._known[(kind, t)] for t in texts]).astype(np.float32)
-
-    def encode_queries(self, texts: list[str], progress: bool = False) -> np.ndarray:
-        return self._look("query", texts, self._encoder.encode_queries)
-
-    def encode_passages(self, texts: list[str], progress: bool = False) -> np.ndarray:
-        return self._look("passage", texts, self._encoder.encode_passages)
 
 
 # ----------------------------------------------------------------------------- the serving rule
