@@ -148,7 +148,7 @@ class FusedEncoder:
         return self.same.count_tokens(texts, passages)
 
     @staticmethod
-    def _join(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    def join(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         def unit(x):
             x = np.asarray(x, dtype=np.float32)
             return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
@@ -156,10 +156,10 @@ class FusedEncoder:
         return np.concatenate([unit(a), unit(b)], axis=1) / SQRT2
 
     def encode_queries(self, texts: list[str], progress: bool = False) -> np.ndarray:
-        return self._join(self.same.encode_queries(texts, progress), self.cross.encode_queries(texts, progress))
+        return self.join(self.same.encode_queries(texts, progress), self.cross.encode_queries(texts, progress))
 
     def encode_passages(self, texts: list[str], progress: bool = False) -> np.ndarray:
-        return self._join(self.same.encode_passages(texts, progress), self.cross.encode_passages(texts, progress))
+        return self.join(self.same.encode_passages(texts, progress), self.cross.encode_passages(texts, progress))
 
     def halves(self, vecs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(same, cross) unit vectors of stored or query vectors."""

@@ -88,14 +88,18 @@ def pool_split(split: str, max_paragraphs: int | None = None) -> str:
     return "all" if split == "test" and not max_paragraphs else split
 
 
+def pool_groups(split: str, max_paragraphs: int | None = None) -> list[str]:
+    """The paragraph groups a split's shapes are built over (:func:`pool_split`), in file order."""
+    return [p.group for p in load_xquad(["en"], split=pool_split(split, max_paragraphs)).paragraphs[:max_paragraphs]]
+
+
 def shape_documents(shape: str, split: str, max_paragraphs: int | None = None) -> list[Document]:
     """The documents of ``shape`` for ``split``'s questions (:func:`pool_split`): labelled groups
     only in ``parallel`` (and ``mono``, the same index). ``max_paragraphs``: the first N (tiny runs)."""
     paragraphs = {
         x: load_xquad([x], split=pool_split(split, max_paragraphs)).paragraphs[:max_paragraphs] for x in XQUAD_LANGS
     }
-    groups = [p.group for p in paragraphs["en"]]
-    keep = present_versions(shape, groups)
+    keep = present_versions(shape, [p.group for p in paragraphs["en"]])  # the groups of pool_groups()
     labelled = shape in ("parallel", "mono")
     return [
         Document(p.id, p.text, p.lang, p.group if labelled else None, {"article": p.article})
@@ -184,12 +188,7 @@ class ShapeJudge:
         from service.metrics import audit as A
 
         per_lang = {x: A.xquad_queries([x], self.split) for x in XQUAD_LANGS}
-        groups = {
-            p.group
-            for p in load_xquad(["en"], split=pool_split(self.split, self.max_paragraphs)).paragraphs[
-                : self.max_paragraphs
-            ]
-        }
+        groups = set(pool_groups(self.split, self.max_paragraphs))
         keep = {x: [q for q in per_lang[x] if q.group in groups][: self.max_questions] for x in XQUAD_LANGS}
         self.queries = [q for x in XQUAD_LANGS for q in keep[x]]
         self.qlang = np.array([q.lang for q in self.queries])
@@ -220,15 +219,16 @@ class ShapeJudge:
             known.append(k)
         if len(parts) == 1:
             return known[0]
-        return {key: enc._join(known[0][key][None], known[1][key][None])[0] for key in known[0]}
+        return {key: enc.join(known[0][key][None], known[1][key][None])[0] for key in known[0]}
 
     def index(self, shape: str, enc) -> Path:
-        """The shape's index for ``enc`` (built once from the memoised passage vectors)."""
-        docs = shape_documents("parallel" if shape == "mono" else shape, self.split, self.max_paragraphs)
+        """The shape's index for ``enc`` (built once from the memoised passage vectors; ``mono``
+        searches the ``parallel`` one)."""
+        docs = shape_documents(shape, self.split, self.max_paragraphs)
         ident = f"{SHAPES_VERSION}:{shape}:{self.split}:{self.max_paragraphs}:{enc.fingerprint}:{enc.cache_tag}"
         out = self.home / "cache" / "shapes" / hashlib.sha256(ident.encode()).hexdigest()[:20]
         if not (out / "CURRENT").exists():
-            build_index(out, docs, lambda texts: enc.encode_passages(texts), enc.info,
+            build_index(out, docs, enc.encode_passages, enc.info,
                         source=f"xquad-shape:{shape}:{self.split}", analyzer=enc.analyzer)  # fmt: skip
         return out
 
@@ -264,13 +264,7 @@ class ShapeJudge:
         return out
 
     def present(self, shape: str) -> set:
-        groups = [
-            p.group
-            for p in load_xquad(["en"], split=pool_split(self.split, self.max_paragraphs)).paragraphs[
-                : self.max_paragraphs
-            ]
-        ]
-        return present_versions(shape, groups)
+        return present_versions(shape, pool_groups(self.split, self.max_paragraphs))
 
     def run(self, rows: list[ShapeRow]) -> dict[ShapeRow, dict]:
         results = {}
