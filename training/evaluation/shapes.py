@@ -225,7 +225,9 @@ class ShapeJudge:
         """The shape's index for ``enc`` (built once from the memoised passage vectors; ``mono``
         searches the ``parallel`` one)."""
         docs = shape_documents(shape, self.split, self.max_paragraphs)
-        ident = f"{SHAPES_VERSION}:{shape}:{self.split}:{self.max_paragraphs}:{enc.fingerprint}:{enc.cache_tag}"
+        # keyed on the documents themselves (ids and labels), so a changed construction never reuses an index
+        held = "\n".join(f"{d.id}:{d.group}" for d in docs)
+        ident = f"{SHAPES_VERSION}:{held}:{enc.fingerprint}:{enc.cache_tag}"
         out = self.home / "cache" / "shapes" / hashlib.sha256(ident.encode()).hexdigest()[:20]
         if not (out / "CURRENT").exists():
             build_index(out, docs, enc.encode_passages, enc.info,
