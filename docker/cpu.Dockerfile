@@ -11,12 +11,8 @@ RUN useradd --create-home --uid 10001 samelang
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY samelang samelang
-COPY indexes indexes
-COPY service service
-COPY training training
-COPY bench bench
 COPY models models
-# editable: the service finds the shipped models/ next to its package folders in /app
+# editable: the service finds the shipped models/ next to its package folder in /app
 RUN pip install --no-cache-dir torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu \
     && pip install --no-cache-dir -e '.[cpu,generator]'
 USER 10001

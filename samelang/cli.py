@@ -14,12 +14,14 @@ import sys
 
 import typer
 
+from samelang.bench.cli import bench
+from samelang.service.cli import index_app, models_app, serve
+
 SERVICE_COMMANDS = ("serve", "index", "models")
 
 
 def build_app(full: bool = True) -> typer.Typer:
     """The command tree: every command (``full``), or only the service's (no torch import)."""
-    from service.cli import index_app, models_app, serve
 
     app = typer.Typer(
         help="samelang: find the answer in every language, hand the reader the one in theirs.",
@@ -30,8 +32,7 @@ def build_app(full: bool = True) -> typer.Typer:
     app.add_typer(index_app, name="index")
     app.command("serve")(serve)
     if full:
-        from bench.cli import bench
-        from training.cli import eval_app, train_app
+        from samelang.training.cli import eval_app, train_app  # deferred: keeps torch out of start-up
 
         app.add_typer(train_app, name="train")
         app.add_typer(eval_app, name="eval")

@@ -63,10 +63,10 @@ step serve-components env SAMELANG_DEVICE="$DEVICE" SAMELANG_PRECISION="$SERVE_P
   SAMELANG_INDEX="$OUT/index" SAMELANG_MODEL="$OUT/biencoder" SAMELANG_RERANKER="$OUT/reranker-stage2" \
   SAMELANG_GENERATOR=none python - <<'PY'
 import statistics, time
-from service.api.app import describe, load_components
-from service.pipeline import SearchOptions
-from service.config import ServiceSettings
-from indexes.corpora import load_xquad
+from samelang.service.components import describe, load_components
+from samelang.service.results import SearchOptions
+from samelang.service.config import ServiceSettings
+from samelang.indexes.corpora import load_xquad
 
 cfg = ServiceSettings()
 pipe = load_components(cfg).pipeline

@@ -1,4 +1,4 @@
-"""The reliability probes of issue #14 against a real `samelang serve` on loopback, one line each.
+"""The reliability audit's hostile requests against a real `samelang serve` on loopback, one line each.
 
 Run: `python scripts/probe_reliability.py` (SAMELANG_HOME as for the server; ~2 minutes on 2 cores).
 It starts its own server (`--generator none`, the bundled demo index, a free port), sends each
@@ -19,10 +19,8 @@ from pathlib import Path
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.http_load import ServerProcess, free_port  # noqa: E402
-from indexes.corpora import load_xquad  # noqa: E402
+from samelang.bench.http_load import ServerProcess, free_port
+from samelang.indexes.corpora import load_xquad
 
 
 def metric(c: httpx.Client, name: str, **labels) -> float:

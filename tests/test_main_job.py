@@ -23,8 +23,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 def readme_curls() -> list[str]:
     text = (REPO / "README.md").read_text()
-    api = text[text.index("## API") :]
-    return [c.strip() for c in re.findall(r"^(curl .+?)(?=^\S|\Z)", api, flags=re.M | re.S) if c.strip()]
+    tour = text[text.index("## A 30-second tour") :].split("\n## ")[0]
+    return [c.strip() for c in re.findall(r"^(curl .+?)(?=^\S|\Z)", tour, flags=re.M | re.S) if c.strip()]
 
 
 def readme_response(stdout: str) -> dict:

@@ -1,12 +1,12 @@
 """How the fused retriever's knobs were chosen (``models/e5-small-fused/fused.json``): a grid over
 the train-article shapes of ``samelang eval pipeline --shapes`` (the same constructions, from
-:mod:`training.evaluation.shapes`), every document of each pool scored, so the numbers are exact.
+:mod:`samelang.training.evaluation.shapes`), every document of each pool scored, so the numbers are exact.
 
 Run: ``python scripts/experiments/fused_grid.py`` (about 8 min on 2 cores once the embedding caches
 of ``samelang eval biencoder`` exist; the test articles are never read). Rows:
 
 * ``mix a``: ``a * cos_aligned + (1 - a) * cos_base + w * bm25 / max bm25`` (a linear mix);
-* ``fused c``: the fused score (:mod:`service.models.fused`): base cosine + BM25 in z-units for
+* ``fused c``: the fused score (:mod:`samelang.core.models.fused`): base cosine + BM25 in z-units for
   documents in the query's language, aligned cosine in z-units + ``c`` for the others;
 * ``tau``: translations inferred among the top 40 at aligned cosine >= tau, the reader's version shown.
 
@@ -14,21 +14,21 @@ Columns: partial found@1 / reader@1 / cross@1, one-language-each found@1, parall
 nDCG@1 (groups labelled), Mono-Same nDCG@10, and the mean of the four primary metrics. This is the
 tuning record, not a served path: the judge itself runs every row through ``Pipeline.search``.
 ``--calibrate`` writes the fused retriever's reference vectors (``models/e5-small-fused/calibration.npz``,
-:func:`service.models.fused.write_calibration`) instead.
+:func:`samelang.core.models.fused.write_calibration`) instead.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from indexes.corpora import XQUAD_LANGS, load_xquad
-from indexes.lexical import LexicalIndex
-from service.config import settings
-from service.models.base_model import ensure_base_model
-from service.models.encoder import Encoder
-from service.models.registry import ALIGNED_BIENCODER
-from training.evaluation.biencoder import embed_xquad
-from training.evaluation.shapes import present_versions
+from samelang.core.models.base_model import ensure_base_model
+from samelang.core.models.encoder import Encoder
+from samelang.core.settings import settings
+from samelang.indexes.corpora import XQUAD_LANGS, load_xquad
+from samelang.indexes.lexical import LexicalIndex
+from samelang.service.registry import ALIGNED_BIENCODER
+from samelang.training.evaluation.biencoder import embed_xquad
+from samelang.training.evaluation.shapes import present_versions
 
 LANGS = list(XQUAD_LANGS)
 
@@ -66,7 +66,7 @@ def top_norm(bm):
 
 def moments(C_ref):
     """Mean and std of each query's cosines over the reference passages (every other train paragraph:
-    what ``calibration.npz`` holds, :func:`service.models.fused.reference_passages`)."""
+    what ``calibration.npz`` holds, :func:`samelang.core.models.fused.reference_passages`)."""
     return C_ref.mean(1, keepdims=True), C_ref.std(1, keepdims=True)
 
 
@@ -175,7 +175,7 @@ def write_section(table: str) -> None:
     """The grid into ``docs/evaluation.md``, with what was chosen and why."""
     from pathlib import Path
 
-    from service.models.folder import replace_section
+    from samelang.core.models.folder import replace_section
 
     body = (
         "`python scripts/experiments/fused_grid.py`: every document of each train-article shape scored (exact), "
@@ -194,8 +194,8 @@ if __name__ == "__main__":
     import sys
 
     if "--calibrate" in sys.argv:
-        from service.models.fused import write_calibration
-        from service.models.registry import REPO_MODELS, open_encoder
+        from samelang.core.models.fused import write_calibration
+        from samelang.service.registry import REPO_MODELS, open_encoder
 
         print(write_calibration(open_encoder(REPO_MODELS / "e5-small-fused", home=settings().home)))
     else:

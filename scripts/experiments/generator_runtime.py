@@ -4,7 +4,7 @@ on the same weights dequantised to fp32 (round 1's server). Same prompts, same g
 Sample: 12 questions per language (144) from the TRAIN articles of XQuAD's fixed split (seeded, so
 the sample is the same every run; the test articles are never read), each asked over its gold
 paragraph in the question's language (what a reader-language /answer puts first), with the
-prompt the service builds (``service.pipeline.build_prompt``). Metric: the answer contains a gold
+prompt the service builds (``samelang.service.prompts.build_prompt``). Metric: the answer contains a gold
 answer string (case-folded): a small base model's answers are short spans, so containment is
 what "it answered" means here; plus how often both runtimes say exactly the same thing, seconds
 per answer (median) and the process's resident-set growth while each loads and answers.
@@ -23,14 +23,12 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from indexes.corpora import load_xquad  # noqa: E402
-from service.config import ServiceSettings  # noqa: E402
-from service.models.gemma_checkpoint import prepare_generator  # noqa: E402
-from service.models.generation import LlamaCppGenerator, join_answer, until_stop  # noqa: E402
-from service.pipeline import build_prompt  # noqa: E402
-from service.resources import rss_mb  # noqa: E402
+from samelang.core.models.gemma_checkpoint import prepare_generator
+from samelang.core.models.generation import LlamaCppGenerator, join_answer, until_stop
+from samelang.core.resources import rss_mb
+from samelang.indexes.corpora import load_xquad
+from samelang.service.config import ServiceSettings
+from samelang.service.prompts import build_prompt
 
 
 def sample(per_lang: int, seed: int = 17):

@@ -24,13 +24,11 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from indexes.corpora import load_xquad  # noqa: E402
-from service.config import ServiceSettings  # noqa: E402
-from service.models.encoder import Encoder  # noqa: E402
-from service.models.engine import EngineOptions, cpu_flags  # noqa: E402
-from service.models.registry import default_biencoder  # noqa: E402
+from samelang.core.models.encoder import Encoder
+from samelang.core.models.precision import EngineOptions, cpu_flags
+from samelang.indexes.corpora import load_xquad
+from samelang.service.config import ServiceSettings
+from samelang.service.registry import default_biencoder
 
 
 def sample(per_lang: int = 20, seed: int = 5):

@@ -1,6 +1,6 @@
 """How far a compressed IVF index gets on the scale benchmark's vectors (a screen for the 10M row).
 
-Makes ``--n`` vectors exactly as ``samelang bench --section scale-10m`` does (``bench/scale_pq.py``:
+Makes ``--n`` vectors exactly as ``samelang bench --section scale-10m`` does (``samelang/bench/scale_pq.py``:
 perturbations of the real paragraph embeddings of a built XQuAD index), holds them in memory (1M: 1.5 GB)
 for an exact Flat ground truth, prints how close a query's exact neighbours are (the cosine of the 1st,
 10th, 11th and 100th, medians over the queries, and the 10th-11th gap), then for each FAISS factory
@@ -15,18 +15,15 @@ e.g. ``"IVF1024,PQ48x4fs,Refine(PQ96)" "IVF1024,PQ48x4fs,Refine(SQ8)" "IVF1024,P
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
 import faiss
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from bench import scale_pq as P  # noqa: E402
-from bench.scale import _latencies_ms, _seed_neighbourhood, recall_at_k  # noqa: E402
-from indexes.index import current_generation  # noqa: E402
+from samelang.bench import scale_pq as P
+from samelang.bench.scale import _latencies_ms, _seed_neighbourhood, recall_at_k
+from samelang.indexes.generations import current_generation
 
 
 def main() -> None:

@@ -1,4 +1,4 @@
-"""Training-free ceiling probe for issue 16: can sentence max-sim and cross-version evidence lift the
+"""Training-free ceiling probe: can sentence max-sim and cross-version evidence lift the
 hybrid retriever's reader-gold nDCG@1 towards 97 without a new model?
 
 Run: ``python scripts/experiments/sentence_maxsim.py`` (about 5 min on 2 cores the first time, then
@@ -10,7 +10,7 @@ Scores per (question, paragraph), all from the base multilingual-e5-small:
 - ``maxsim``: the best cosine with one of the paragraph's sentences (split on sentence punctuation;
   Thai on spaces; pieces under 25 characters merged into the previous one);
 - ``group``: the mean of ``a*dense + (1-a)*maxsim`` over the paragraph's 12 language versions;
-- ``bm25``: the served lexical half, fused as :func:`indexes.lexical.fuse`.
+- ``bm25``: the served lexical half, fused as :func:`samelang.indexes.lexical.fuse`.
 
 ``score = fuse(a*dense + (1-a)*maxsim + b*group, bm25, w)``; the table prints reader-gold nDCG@1
 (the argmax is the gold paragraph in the question's language) per language. This is an
@@ -20,21 +20,17 @@ experiment, not a served path: it is kept so that the note's numbers can be repr
 from __future__ import annotations
 
 import re
-import sys
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from indexes.corpora import XQUAD_LANGS, load_xquad  # noqa: E402
-from indexes.lexical import LexicalIndex, fuse  # noqa: E402
-from service.config import settings  # noqa: E402
-from service.models.base_model import ensure_base_model  # noqa: E402
-from service.models.encoder import Encoder  # noqa: E402
-from training.evaluation.biencoder import embed_xquad  # noqa: E402
-from training.evaluation.fusion import FusionEvalOptions, FusionTuning, tuning_articles  # noqa: E402
-from training.loop import cached_array  # noqa: E402
+from samelang.core.models.base_model import ensure_base_model
+from samelang.core.models.encoder import Encoder
+from samelang.core.settings import settings
+from samelang.indexes.corpora import XQUAD_LANGS, load_xquad
+from samelang.indexes.lexical import LexicalIndex, fuse
+from samelang.training.evaluation.biencoder import embed_xquad
+from samelang.training.evaluation.fusion import FusionEvalOptions, FusionTuning, tuning_articles
+from samelang.training.loop import cached_array
 
 SPLIT = re.compile(r"(?<=[.!?。！？؟।])\s+|(?<=[。！？])")
 GRID = [(1.0, 0.0, 0.0), (1.0, 0.0, 0.08), (0.5, 0.0, 0.0), (0.5, 0.0, 0.04), (0.3, 0.0, 0.08),

@@ -6,7 +6,7 @@ import faiss
 import numpy as np
 import pytest
 
-from indexes import vectors as V
+from samelang.indexes import vectors as V
 
 
 @pytest.fixture(scope="module")

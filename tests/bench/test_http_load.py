@@ -11,7 +11,7 @@ import httpx
 import pytest
 import uvicorn
 
-from bench.http_load import ServerProcess, format_http_table, free_port, load
+from samelang.bench.http_load import ServerProcess, format_http_table, free_port, load
 from tests.bench._tiny_app import app
 
 REPO = Path(__file__).resolve().parents[2]

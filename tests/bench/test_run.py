@@ -11,17 +11,17 @@ from typer.testing import CliRunner
 def test_flops_per_token_of_the_real_encoder(base_model_path):
     from transformers import AutoModel
 
-    from bench.run import encoder_flops_per_token
+    from samelang.bench.common import encoder_flops_per_token
 
     model = AutoModel.from_pretrained(base_model_path)
     dense = encoder_flops_per_token(model, seq_len=0)
-    # the issue's figure: ~42.5 MFLOP per token in the dense layers of multilingual-e5-small
+    # the expected figure: ~42.5 MFLOP per token in the dense layers of multilingual-e5-small
     assert 42e6 <= dense <= 43e6, dense
     assert encoder_flops_per_token(model, seq_len=184) - dense == 4 * 184 * 384 * 12  # attention's two matmuls
 
 
 def test_machine_line_names_cores_and_isa():
-    from bench.run import cpu_line
+    from samelang.bench.common import cpu_line
 
     line = cpu_line()
     assert f"{os.cpu_count()} cores" in line and ("AVX" in line or "no AVX2" in line)
@@ -143,3 +143,25 @@ def test_peers_section_runs_infinity_in_its_own_venv(tmp_path, samelang_home):
     for name, row in rows.items():
         if name.startswith("infinity") or name == "samelang engine fp32":
             assert float(row[4]) >= 0.999, (name, row)
+
+
+def test_a_run_writes_its_tables_under_its_own_command_in_the_performance_page(tmp_path):
+    """``--doc``: the section is headed by the command, replaced by the next run of that command, and
+    the sections of other commands stay."""
+    from samelang.bench.common import BenchConfig
+    from samelang.bench.run import doc_heading, write_doc
+
+    doc = tmp_path / "performance.md"
+    doc.write_text("# Performance\n\n## `samelang bench --section http`\n\nold http table\n")
+    cfg = BenchConfig(sections=("embed", "rerank"), quick=True)
+    for n in (1, 2):
+        parts = [
+            "# samelang bench --quick\n\nMachine: CPU X [avx2]",
+            f"## embed (3 s)\n\ntable {n}",
+            "## rerank (1 s)\n\nr",
+        ]
+        write_doc(cfg, parts, doc)
+    text = doc.read_text()
+    assert doc_heading(cfg) == "## `samelang bench --quick --section embed --section rerank`"
+    assert text.count(doc_heading(cfg)) == 1 and "table 2" in text and "table 1" not in text
+    assert "Machine: CPU X [avx2]" in text and "### embed (3 s)" in text and "old http table" in text

@@ -10,8 +10,8 @@ import faiss
 import numpy as np
 import pytest
 
-from bench import scale as S
-from indexes import vectors as V
+from samelang.bench import scale as S
+from samelang.indexes import vectors as V
 from tests.bench.conftest import clustered_seeds
 
 D = 384

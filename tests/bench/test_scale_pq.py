@@ -8,8 +8,8 @@ import faiss
 import numpy as np
 import pytest
 
-from bench import scale as S
-from bench import scale_pq as P
+from samelang.bench import scale as S
+from samelang.bench import scale_pq as P
 from tests.bench.conftest import clustered_seeds
 
 D = 64

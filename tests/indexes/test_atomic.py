@@ -19,9 +19,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from indexes import atomic as A
-from indexes.corpora import Document
-from indexes.index import ModelInfo, build_index, open_index
+from samelang.indexes import atomic as A
+from samelang.indexes.corpora import Document
+from samelang.indexes.index import ModelInfo, open_index
+from samelang.indexes.writes import build_index
 
 REPO = Path(__file__).resolve().parents[2]
 DIM = 8
@@ -47,8 +48,8 @@ CHILD = textwrap.dedent(
     """
     import os, signal, sys
     from pathlib import Path
-    import indexes.atomic as A
-    import indexes.index as I
+    import samelang.indexes.atomic as A
+    import samelang.indexes.writes as I
     from tests.indexes.test_atomic import MODEL, corpus, embed
 
     path, kill_at = Path(sys.argv[1]), sys.argv[2]

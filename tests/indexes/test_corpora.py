@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from indexes.corpora import (
+from samelang.indexes.corpora import (
     XQUAD_LANGS,
     CorpusFormatError,
     load_documents_jsonl,
@@ -16,7 +16,7 @@ from indexes.corpora import (
     load_tatoeba,
     load_xquad,
 )
-from indexes.corpora.xquad import BOM, _raw
+from samelang.indexes.corpora.xquad import BOM, _raw
 
 
 @pytest.mark.parametrize("lang", XQUAD_LANGS)
@@ -149,7 +149,7 @@ def test_labelled_queries_jsonl(tmp_path):
     ],
 )
 def test_jsonl_refuses_text_a_model_cannot_use(tmp_path, line, field, words):
-    from indexes.corpora.jsonl import CorpusFormatError, load_documents_jsonl
+    from samelang.indexes.corpora.jsonl import CorpusFormatError, load_documents_jsonl
 
     f = tmp_path / "c.jsonl"
     f.write_text(line + "\n")

@@ -15,18 +15,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from indexes.corpora import Document, load_xquad
-from indexes.index import (
-    IndexModelMismatch,
-    IndexNotFound,
-    ModelInfo,
-    add_documents,
-    build_index,
-    index_info,
-    open_index,
-)
-from indexes.langid import get_identifier
-from indexes.vectors import IndexSpec
+from samelang.indexes.corpora import Document, load_xquad
+from samelang.indexes.generations import IndexModelMismatch, IndexNotFound
+from samelang.indexes.index import ModelInfo, index_info, open_index
+from samelang.indexes.langid import get_identifier
+from samelang.indexes.vectors import IndexSpec
+from samelang.indexes.writes import add_documents, build_index
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -92,28 +86,28 @@ CRASH = textwrap.dedent(
     """
     import os, sys
     from pathlib import Path
-    import indexes.index as I
-    from indexes.corpora import Document
-    from service.models.encoder import Encoder
+    import samelang.indexes.writes as I
+    from samelang.indexes.corpora import Document
+    from samelang.core.models.encoder import Encoder
 
     step = sys.argv[2]
     if step == "before-switch":   # new generation fully written, CURRENT not yet switched
         I.atomic_write_text = lambda *a, **k: os._exit(9)
     elif step == "mid-write":     # docstore copied and extended, FAISS file not yet written
         I.V.write = lambda *a, **k: os._exit(9)
-    enc = Encoder(sys.argv[3])
+    enc = Encoder(sys.argv[3], home=Path(sys.argv[4]))
     I.add_documents(Path(sys.argv[1]), [Document("new", "A brand new document.", "en")], enc.encode_passages, enc.info)
     """
 )
 
 
 @pytest.mark.parametrize("step", ["mid-write", "before-switch"])
-def test_a_crash_halfway_leaves_the_old_index_usable(tmp_path, encoder, docs, step):
+def test_a_crash_halfway_leaves_the_old_index_usable(tmp_path, encoder, docs, step, samelang_home):
     path = tmp_path / "i"
     build_index(path, docs[:10], encoder.encode_passages, encoder.info)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.run([sys.executable, "-c", CRASH, str(path), step, str(encoder.path)], env=env,
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    args = [sys.executable, "-c", CRASH, str(path), step, str(encoder.path), str(samelang_home)]
+    proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 9, proc.stderr[-2000:]
     idx = open_index(path, encoder.info)  # the old generation is still the live one
     assert idx.generation == "gen-000001" and idx.size == 10 and idx.docs.rows_for_ids(["new"]) == {}
@@ -162,7 +156,7 @@ def test_cli_build_add_info(tmp_path, base_model_path):
 def test_gpu_path_is_selected_only_when_gpus_exist(tmp_path, encoder, docs):
     import faiss
 
-    from indexes.vectors import to_gpu_if_available
+    from samelang.indexes.vectors import to_gpu_if_available
 
     build_index(tmp_path / "i", docs[:5], encoder.encode_passages, encoder.info)
     idx = open_index(tmp_path / "i", encoder.info, use_gpu=True)
@@ -200,7 +194,7 @@ def test_two_concurrent_index_add_processes_keep_both_sets(tmp_path, encoder, do
 
 
 def test_writer_lock_and_readers(tmp_path, encoder, docs):
-    from indexes.index import IndexBusy, writer_lock
+    from samelang.indexes.generations import IndexBusy, writer_lock
 
     out = tmp_path / "idx"
     build_index(out, docs[:5], encoder.encode_passages, encoder.info)
@@ -224,7 +218,7 @@ def test_the_search_thread_count_holds_in_the_thread_that_searches(tmp_path, enc
 
     import faiss
 
-    from indexes import vectors as V
+    from samelang.indexes import vectors as V
 
     build_index(tmp_path / "idx", docs, encoder.encode_passages, encoder.info)
     idx = open_index(tmp_path / "idx", encoder.info)

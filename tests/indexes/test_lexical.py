@@ -11,9 +11,11 @@ import math
 import numpy as np
 import pytest
 
-from indexes.corpora import Document, load_xquad
-from indexes.index import AnalyzerMismatch, add_documents, build_index, open_index, read_index_manifest
-from indexes.lexical import K1, B, LexicalIndex, best_rows, fuse
+from samelang.indexes.corpora import Document, load_xquad
+from samelang.indexes.generations import AnalyzerMismatch, read_index_manifest
+from samelang.indexes.index import open_index
+from samelang.indexes.lexical import K1, B, LexicalIndex, best_rows, fuse
+from samelang.indexes.writes import add_documents, build_index
 
 
 def words(text: str) -> list[str]:

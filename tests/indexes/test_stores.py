@@ -7,9 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from indexes.corpora import Document, load_xquad
-from indexes.index import add_documents, build_index, open_index
-from indexes.stores import StoreSpec
+from samelang.indexes.corpora import Document, load_xquad
+from samelang.indexes.index import open_index
+from samelang.indexes.stores import StoreSpec
+from samelang.indexes.writes import add_documents, build_index
 
 pytest.importorskip("pymilvus", reason="the Milvus store is the extra 'milvus': pip install -e '.[milvus]'")
 
@@ -48,10 +49,11 @@ def built(tmp_path_factory, encoder, docs):
 
 
 def pipeline_over(path, encoder):
-    from indexes.langid import get_identifier
-    from service.models.generation import NoGenerator
-    from service.models.reranker import CosineReranker
-    from service.pipeline import Limits, Pipeline
+    from samelang.core.models.generation import NoGenerator
+    from samelang.core.models.reranker import CosineReranker
+    from samelang.indexes.langid import get_identifier
+    from samelang.service.limits import Limits
+    from samelang.service.pipeline import Pipeline
 
     return Pipeline(encoder, open_index(path, encoder.info), CosineReranker(encoder), NoGenerator(), get_identifier(),
                     Limits())  # fmt: skip
@@ -59,7 +61,7 @@ def pipeline_over(path, encoder):
 
 @pytest.mark.parametrize("kind", STORES)
 def test_hits_language_filter_and_groups(built, encoder, xquad, kind):
-    from service.pipeline import SearchOptions
+    from samelang.service.results import SearchOptions
 
     pipe = pipeline_over(built[kind], encoder)
     assert pipe.index.manifest["store"]["kind"] == kind and pipe.index.size == 240
@@ -94,7 +96,7 @@ def test_faiss_and_milvus_give_the_same_top_10(built, encoder, xquad):
 
 @pytest.mark.parametrize("kind", STORES)
 def test_add_without_rebuild_and_a_crash_before_the_switch(tmp_path, encoder, docs, kind, monkeypatch):
-    import indexes.index as I
+    import samelang.indexes.writes as I
 
     path = tmp_path / "index"
     build_index(path, docs[:20], encoder.encode_passages, encoder.info, store=spec(kind, tmp_path))
@@ -154,8 +156,8 @@ def test_a_faiss_index_moves_into_milvus(tmp_path, built, encoder, base_model_pa
 @pytest.mark.parametrize("kind", STORES)
 def test_delete_without_rebuild_a_crash_before_the_switch_and_the_ids_added_again(tmp_path, encoder, docs, kind,
                                                                                    monkeypatch):  # fmt: skip
-    import indexes.index as I
-    from indexes.index import delete_documents
+    import samelang.indexes.writes as I
+    from samelang.indexes.writes import delete_documents
 
     path, analyzer = tmp_path / "index", encoder.analyzer
     build_index(path, docs[:20], encoder.encode_passages, encoder.info, analyzer=analyzer, store=spec(kind, tmp_path))
@@ -225,7 +227,7 @@ def test_delete_without_rebuild_a_crash_before_the_switch_and_the_ids_added_agai
 def test_removing_rows_from_each_faiss_kind_keeps_every_other_row(kind):
     """A flat index removes rows in place; IVF and HNSW are refilled with the vectors that stay, under
     the same ids."""
-    from indexes import vectors as V
+    from samelang.indexes import vectors as V
 
     x = V.normalise(np.random.default_rng(0).standard_normal((200, 16)))
     spec_ = V.IndexSpec(kind=kind, ivf_nlist=4)
@@ -242,7 +244,7 @@ def test_a_rebuild_drops_the_collection_it_replaces_unless_a_reader_holds_it(tmp
                                                                               monkeypatch):  # fmt: skip
     from pymilvus import MilvusClient
 
-    import indexes.index as I
+    import samelang.indexes.writes as I
 
     path, store = tmp_path / "index", spec("milvus", tmp_path)
 
@@ -277,14 +279,15 @@ def test_a_rebuild_drops_the_collection_it_replaces_unless_a_reader_holds_it(tmp
 def _served_without(path, encoder, docs, gone):
     """What a server gives over an index with deleted documents: hybrid, group-aware /search never shows
     them, and /diagnose's pool is the documents left."""
-    from service.metrics.audit import LabelledQuery
-    from service.pipeline import SearchOptions
+    from samelang.core.metrics.audit import LabelledQuery
+    from samelang.service.diagnosis import diagnose
+    from samelang.service.results import SearchOptions
 
     pipe = pipeline_over(path, encoder)
     hits = pipe.search(docs[3].text[:300], SearchOptions(k=25, lexical_weight=0.3)).hits
     shown = {v for h in hits for v in [h.doc.id, *(x.id for x in h.versions)]}
     assert len(hits) == 19 and not shown & set(gone)
     q = LabelledQuery(docs[4].text[:300], docs[4].lang, docs[4].group, (docs[4].id,), docs[4].id)
-    d = pipe.diagnose([q], None, SearchOptions(k=10), "queries")
+    d = diagnose(pipe, [q], None, SearchOptions(k=10), "queries")
     assert d["pool_size"] == 19 and d["k"] == 19 and d["queries"][0]["ranks"] == {docs[4].id: 1}
     pipe.index.close()

@@ -1,7 +1,7 @@
 """Score regressions (pyserini-style, kept apart from the unit tests; slow: ~8 min per model on
 2 cores without the embedding cache). Run with ``python -m pytest -m slow tests/regressions``.
 
-The base model must reproduce the issue's reference numbers (+-0.5), and the shipped adapter
+The base model must reproduce the pinned reference numbers (+-0.5), and the shipped adapter
 the numbers recorded in its card's ``eval_results.json`` (+-0.1: fp32 on CPU, other kernels may
 move the last digit)."""
 
@@ -14,13 +14,13 @@ import pytest
 
 ALIGNED = Path(__file__).resolve().parents[2] / "models" / "e5-small-aligned"
 
-# measured on the converted multilingual-e5-small with this protocol (issue "Training I")
+# measured on the converted multilingual-e5-small with this protocol (the seed-000 evaluation)
 BASE_REFERENCE = {"max_r": 36.25, "comp_at_10": 56.40, "max_r_norm": 67.68}
 
 
 def _scores(path, home):
-    from service.models.encoder import Encoder
-    from training.evaluation.biencoder import embed_xquad, evaluate
+    from samelang.core.models.encoder import Encoder
+    from samelang.training.evaluation.biencoder import embed_xquad, evaluate
 
     return evaluate(embed_xquad(Encoder(path, home=home), home / "cache"))
 

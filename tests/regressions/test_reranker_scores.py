@@ -1,7 +1,7 @@
 """Reranker score regressions (slow; ``python -m pytest -m slow tests/regressions``).
 
 * The no-reranker reference (the base bi-encoder's cosine as the score, full protocol: 374
-  questions per language) reproduces the issue's numbers (+-0.05).
+  questions per language) reproduces the pinned numbers (+-0.05).
 * The shipped LAMAR reranker, re-evaluated through the real ``samelang eval reranker`` command
   on the slice its card records, keeps its recorded scores (+-0.1; ~8 min on 2 cores)."""
 
@@ -17,9 +17,9 @@ LAMAR = Path(__file__).resolve().parents[2] / "models" / "lamar-e5-small"
 
 @pytest.mark.slow
 def test_base_cosine_reproduces_the_reference(base_model_path, samelang_home):
-    from service.models.encoder import Encoder
-    from training.evaluation.biencoder import embed_xquad
-    from training.evaluation.reranker import cosine_scorer, evaluate_reranker
+    from samelang.core.models.encoder import Encoder
+    from samelang.training.evaluation.biencoder import embed_xquad
+    from samelang.training.evaluation.reranker import cosine_scorer, evaluate_reranker
 
     emb = embed_xquad(Encoder(base_model_path, home=samelang_home), samelang_home / "cache")
     r = evaluate_reranker(cosine_scorer(emb), emb)

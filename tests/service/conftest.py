@@ -8,9 +8,10 @@ import socket
 import httpx
 import pytest
 
-from indexes.corpora import load_xquad
-from indexes.index import build_index, open_index
-from indexes.langid import get_identifier
+from samelang.indexes.corpora import load_xquad
+from samelang.indexes.index import open_index
+from samelang.indexes.langid import get_identifier
+from samelang.indexes.writes import build_index
 
 
 def free_port() -> int:
@@ -21,7 +22,7 @@ def free_port() -> int:
 
 def running(app):
     """Serve ``app`` with uvicorn in a thread; yield its base URL."""
-    from service.api.app import serve_in_thread
+    from samelang.service.api.server import serve_in_thread
 
     return serve_in_thread(app)
 
@@ -37,17 +38,25 @@ def xquad_test_index(tmp_path_factory, encoder):
 
 @pytest.fixture(scope="session")
 def pipeline(encoder, xquad_test_index):
-    from service.models.generation import NoGenerator
-    from service.models.reranker import CosineReranker
-    from service.pipeline import Limits, Pipeline
+    from samelang.core.models.generation import NoGenerator
+    from samelang.core.models.reranker import CosineReranker
+    from samelang.service.limits import Limits
+    from samelang.service.pipeline import Pipeline
 
     index = open_index(xquad_test_index, encoder.info)
-    return Pipeline(encoder, index, CosineReranker(encoder), NoGenerator(), get_identifier(), Limits(20, 5000))
+    return Pipeline(
+        encoder,
+        index,
+        CosineReranker(encoder),
+        NoGenerator(),
+        get_identifier(),
+        Limits(max_rerank_documents=20, max_document_chars=5000),
+    )
 
 
 @pytest.fixture(scope="session")
 def service_settings(samelang_home, xquad_test_index, base_model_path):
-    from service.config import ServiceSettings
+    from samelang.service.config import ServiceSettings
 
     return ServiceSettings(
         home=samelang_home, model=base_model_path, index=xquad_test_index, generator="none", max_body_bytes=100_000,
@@ -56,7 +65,8 @@ def service_settings(samelang_home, xquad_test_index, base_model_path):
 
 
 def make_app(settings, pipeline, **pipeline_changes):
-    from service.api.app import Components, create_app
+    from samelang.service.api.app import create_app
+    from samelang.service.components import Components
 
     return create_app(settings, Components(pipeline.replace(**pipeline_changes)))
 
@@ -76,7 +86,7 @@ def client(server):
 @pytest.fixture(scope="session")
 def gemma(samelang_home):
     """The embedded generator (Gemma 3 270M GGUF on llama.cpp), loaded once for the session."""
-    from service.models.gemma_checkpoint import prepare_generator
-    from service.models.generation import LlamaCppGenerator
+    from samelang.core.models.gemma_checkpoint import prepare_generator
+    from samelang.core.models.generation import LlamaCppGenerator
 
     return LlamaCppGenerator(prepare_generator(samelang_home))

@@ -19,7 +19,7 @@ import httpx
 import numpy as np
 import pytest
 
-from service.batching import BatchedEncoder, BatchedReranker, MicroBatcher, micro_batched
+from samelang.service.batching import BatchedEncoder, BatchedReranker, MicroBatcher, micro_batched
 from tests.service.conftest import make_app, running
 
 HANG = 120.0  # seconds: only a hang takes this long
@@ -210,14 +210,14 @@ def batched_server(service_settings, pipeline, cross_encoder_reranker):
 
 @pytest.fixture(scope="module")
 def cross_encoder_reranker(samelang_home):
-    from service.models.registry import LAMAR_RERANKER
-    from service.models.reranker import CrossEncoderReranker
+    from samelang.core.models.reranker import CrossEncoderReranker
+    from samelang.service.registry import LAMAR_RERANKER
 
     return CrossEncoderReranker(LAMAR_RERANKER, home=samelang_home)
 
 
 def test_twenty_concurrent_requests_each_get_their_own_result(batched_server):
-    from indexes.corpora import load_xquad
+    from samelang.indexes.corpora import load_xquad
 
     batched_server, gates = batched_server
     x = load_xquad(["en", "zh"], split="test")

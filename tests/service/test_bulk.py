@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from indexes.corpora import load_xquad
-from indexes.index import open_index
+from samelang.indexes.corpora import load_xquad
+from samelang.indexes.index import open_index
 
 pytest.importorskip("ray", reason="the Ray engine is the extra 'ray': pip install -e '.[ray]'")
 REPO = Path(__file__).resolve().parents[2]
@@ -22,8 +22,8 @@ REPO = Path(__file__).resolve().parents[2]
 def test_ray_embedding_equals_the_single_process_one(base_model_path, samelang_home):
     import ray
 
-    from service.bulk import embed_with_ray
-    from service.models.encoder import Encoder
+    from samelang.core.models.encoder import Encoder
+    from samelang.service.bulk import embed_with_ray
 
     texts = [d.text for d in load_xquad(["en", "zh"], split="test").documents()[::6]]  # 27 paragraphs
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
@@ -38,7 +38,7 @@ def test_ray_embedding_equals_the_single_process_one(base_model_path, samelang_h
 def test_index_build_with_the_ray_engine(tmp_path, base_model_path, samelang_home):
     """The CLI end to end on a local Ray, into Milvus (milvus-lite): the vectors of a single-process
     build. (Into FAISS the writer is the one every local build uses; the Ray embedding is the same.)"""
-    from service.models.encoder import Encoder
+    from samelang.core.models.encoder import Encoder
 
     env = {**os.environ, "SAMELANG_HOME": str(samelang_home), "PYTHONPATH": str(REPO)}
     cmd = [sys.executable, "-m", "samelang", "index", "build", "--out", str(tmp_path / "ray"), "--engine", "ray",

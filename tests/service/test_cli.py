@@ -16,8 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.http_load import ServerProcess, free_port
-from indexes.corpora import load_xquad
+from samelang.bench.http_load import ServerProcess, free_port
+from samelang.indexes.corpora import load_xquad
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -38,7 +38,7 @@ def served(samelang_home, tmp_path_factory):
 
 
 def test_serve_runs_the_shipped_defaults(served, base_model_path):
-    from service.models.reranker import BI_ENCODER_COSINE
+    from samelang.core.models.reranker import BI_ENCODER_COSINE
 
     card = json.loads((REPO / "models" / "serving.json").read_text())["served"]
     retriever = base_model_path.name if card["retriever"] == "base" else card["retriever"]
@@ -104,7 +104,8 @@ def test_the_service_commands_do_not_import_training_or_torch():
                           env=env, cwd=REPO, capture_output=True, text=True, timeout=120)  # fmt: skip
     assert proc.returncode == 0 and "--generator" in proc.stdout, proc.stderr[-2000:]
     imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time")}
-    assert "service.cli" in imported and not imported & {"torch", "training", "training.cli"}, sorted(imported)[:50]
+    heavy = {"torch", "samelang.training", "samelang.training.cli"}
+    assert "samelang.service.cli" in imported and not imported & heavy, sorted(imported)[:50]
     full = subprocess.run([sys.executable, "-m", "samelang", "--help"], env=env, cwd=REPO, capture_output=True,
                           text=True, timeout=120)  # fmt: skip
     assert full.returncode == 0 and all(c in full.stdout for c in ("serve", "index", "train", "eval", "bench"))

@@ -10,10 +10,11 @@ import httpx
 import numpy as np
 import pytest
 
-from indexes.corpora import XQUAD_LANGS, load_xquad
-from indexes.corpora.records import Document
-from indexes.index import build_index, open_index
-from indexes.langid import get_identifier
+from samelang.indexes.corpora import XQUAD_LANGS, load_xquad
+from samelang.indexes.corpora.records import Document
+from samelang.indexes.index import open_index
+from samelang.indexes.langid import get_identifier
+from samelang.indexes.writes import build_index
 from tests.service.conftest import make_app, running
 
 ARTICLES = {2, 5}  # two test articles (SPLIT.json: article % 3 == 2)
@@ -34,11 +35,14 @@ def index12(tmp_path_factory, encoder):
 
 @pytest.fixture(scope="module")
 def pipe12(encoder, index12):
-    from service.models.generation import NoGenerator
-    from service.models.reranker import CosineReranker
-    from service.pipeline import Defaults, Limits, Pipeline
+    from samelang.core.models.generation import NoGenerator
+    from samelang.core.models.reranker import CosineReranker
+    from samelang.service.limits import Limits
+    from samelang.service.pipeline import Pipeline
+    from samelang.service.results import Defaults
 
-    return Pipeline(encoder, index12, CosineReranker(encoder), NoGenerator(), get_identifier(), Limits(20, 5000),
+    limits = Limits(max_rerank_documents=20, max_document_chars=5000)
+    return Pipeline(encoder, index12, CosineReranker(encoder), NoGenerator(), get_identifier(), limits,
                     defaults=Defaults(rerank=False, rerank_k=20, group_candidates=True))  # fmt: skip
 
 
@@ -89,7 +93,7 @@ def test_language_preference_list_and_any(client12):
 
 
 def test_a_corpus_without_groups_behaves_as_before(tmp_path, encoder, pipe12):
-    from service.pipeline import SearchOptions
+    from samelang.service.results import SearchOptions
 
     out = tmp_path / "nogroups"
     build_index(out, _docs(grouped=False), encoder.encode_passages, encoder.info)
@@ -141,8 +145,8 @@ def test_info_names_the_served_components(client12):
 def _exact_fused(encoder, index, query: str, weight: float):
     """The hybrid score of every document, computed apart from the pipeline: the query's cosine with
     each stored vector plus ``weight`` x its BM25 over the query's best BM25."""
-    from indexes.lexical import fuse
-    from indexes.vectors import normalise
+    from samelang.indexes.lexical import fuse
+    from samelang.indexes.vectors import normalise
 
     q = normalise(encoder.encode_queries([query]))[0]
     cos = index.vectors(list(range(index.size))) @ q
@@ -185,8 +189,8 @@ def test_a_bad_lexical_weight_is_a_422_naming_the_field(client12, weight):
 
 
 def test_hybrid_over_an_index_without_its_lexical_half_names_the_fix(tmp_path, encoder, pipe12):
-    from service.errors import BadRequest
-    from service.pipeline import SearchOptions
+    from samelang.service.errors import BadRequest
+    from samelang.service.results import SearchOptions
 
     out = tmp_path / "dense-only"
     build_index(out, _docs()[:24], encoder.encode_passages, encoder.info)
@@ -203,7 +207,7 @@ def test_a_hybrid_default_over_an_index_without_its_lexical_half_serves_dense(tm
     said in the components); only a request that asks for hybrid explicitly is refused."""
     from dataclasses import replace
 
-    from service.pipeline import SearchOptions
+    from samelang.service.results import SearchOptions
 
     out = tmp_path / "old"
     build_index(out, _docs()[:24], encoder.encode_passages, encoder.info)
@@ -219,9 +223,9 @@ def test_hybrid_with_a_language_filter_and_without_stored_vectors_is_still_exact
     """A language filter keeps BM25 to the allowed documents but scales by the whole index's best
     BM25; an index that cannot give vectors back (GPU copy, IVF) has the missing cosines embedded
     again. Either way the hits are the exact top of the fused score."""
-    from indexes.lexical import fuse
-    from indexes.vectors import normalise
-    from service.pipeline import SearchOptions
+    from samelang.indexes.lexical import fuse
+    from samelang.indexes.vectors import normalise
+    from samelang.service.results import SearchOptions
 
     q = _question("th")
     allowed = np.isin(pipe12.doc_langs, ["en", "de"])
@@ -271,7 +275,7 @@ def _hit(doc_id: str, text: str):
     ],
 )
 def test_citations(answer, cited):
-    from service.pipeline import citations
+    from samelang.service.prompts import citations
 
     hits = [
         _hit("a", "The first director was Henry Cole, in London."),

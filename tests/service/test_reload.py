@@ -12,13 +12,13 @@ from pathlib import Path
 
 import httpx
 
-from indexes.corpora import Document, load_xquad
-from indexes.index import add_documents, build_index
+from samelang.indexes.corpora import Document, load_xquad
+from samelang.indexes.writes import add_documents, build_index
 from tests.service.conftest import make_app, running
 
 
 def test_server_serves_a_new_generation(tmp_path, encoder, service_settings, pipeline, samelang_home):
-    from indexes.index import open_index
+    from samelang.indexes.index import open_index
 
     docs = load_xquad(["en"], split="test").documents()[:20]
     out = tmp_path / "live"

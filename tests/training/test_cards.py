@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from service.models.folder import write_card_section
-from training.evaluation.biencoder import EVAL_HEADING
+from samelang.core.models.folder import write_card_section
+from samelang.core.models.model_card import EVAL_HEADING
 
 
 def test_card_evaluation_section_is_replaced_and_neighbours_kept(tmp_path):
@@ -27,10 +27,10 @@ def test_shipped_cards_reproduce_their_training_args():
     import shlex
     from pathlib import Path
 
-    from service.options import parse_options
-    from training.biencoder import BiencoderArgs
-    from training.loop import OPERATIONAL
-    from training.reranker import RerankerArgs
+    from samelang.core.options import parse_options
+    from samelang.training.biencoder import BiencoderArgs
+    from samelang.training.loop import OPERATIONAL
+    from samelang.training.reranker import RerankerArgs
 
     models = Path(__file__).resolve().parents[2] / "models"
     for folder, cls in ((models / "e5-small-aligned", BiencoderArgs), (models / "lamar-e5-small", RerankerArgs)):

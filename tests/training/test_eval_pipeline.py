@@ -8,9 +8,9 @@ import json
 import numpy as np
 import pytest
 
-from service.metrics import audit as A
-from service.metrics import retrieval as M
-from training.evaluation import pipeline as ev
+from samelang.core.metrics import audit as A
+from samelang.core.metrics import retrieval as M
+from samelang.training.evaluation import pipeline as ev
 
 
 def test_reader_metrics_on_hand_made_lists():
@@ -55,7 +55,7 @@ def test_the_sample_is_fixed_and_spans_every_article():
     assert len(s) == 48 and s[0] == 0 and s[-1] == 373 and (np.diff(s) > 0).all()
     assert (ev.sample_indices(374, 48) == s).all()
     assert (ev.sample_indices(10, 48) == np.arange(10)).all()
-    from indexes.corpora import load_xquad
+    from samelang.indexes.corpora import load_xquad
 
     arts = {load_xquad(["en"], split="test").questions[i].article for i in s}
     assert len(arts) == 16  # all held-out test articles
@@ -95,9 +95,9 @@ def test_score_cache_scores_each_pair_once_and_survives_a_restart(tmp_path):
 
 
 def test_served_defaults_file_drives_the_service(tmp_path, monkeypatch):
-    from service.config import ServiceSettings
-    from service.models import registry
-    from training.evaluation import shapes as S
+    from samelang.service import registry
+    from samelang.service.config import ServiceSettings
+    from samelang.training.evaluation import shapes as S
 
     def results(*rows):
         res = {s: {S.PRIMARY[s]: {"mean": 90.0}} for s in S.SHAPES}
@@ -181,10 +181,10 @@ def test_eval_pipeline_command_end_to_end(tmp_path, samelang_home):
 
 
 def test_fusion_weights_are_tuned_on_articles_the_model_never_saw(tmp_path, base_model_path):
-    from indexes.corpora import load_split
-    from service.models.registry import ALIGNED_BIENCODER
-    from training.data import dev_articles
-    from training.evaluation import fusion
+    from samelang.indexes.corpora import load_split
+    from samelang.service.registry import ALIGNED_BIENCODER
+    from samelang.training.data import dev_articles
+    from samelang.training.evaluation import fusion
 
     test = set(load_split()["test_articles"])
     articles, why = fusion.tuning_articles(base_model_path)  # never trained on XQuAD: every train article

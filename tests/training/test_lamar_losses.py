@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from training.losses import LanguageCoherenceLoss, adr_mse, approx_ranks, average_label_ranks
+from samelang.training.losses import LanguageCoherenceLoss, adr_mse, approx_ranks, average_label_ranks
 
 LABELS = torch.tensor([[1.0, 1.0, 0.0, 0.0]])
 

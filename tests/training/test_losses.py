@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from training.losses import InfoNCELoss, JSDLoss, js_divergence
+from samelang.training.losses import InfoNCELoss, JSDLoss, js_divergence
 
 
 def test_jsd_hand_computed():

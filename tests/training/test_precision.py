@@ -1,4 +1,4 @@
-"""The precision rule (issue 6) and its record: the default is the fastest precision within the
+"""The precision rule and its record: the default is the fastest precision within the
 tolerance of fp32 on every metric; each device's choice is kept in inference.json, where the
 service's ``precision=auto`` reads it."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 
-from service.models.engine import EngineOptions, precision_device, resolve
-from training.evaluation.precision import BIENCODER_METRICS, choose, markdown, write_inference_card
+from samelang.core.models.precision import EngineOptions, precision_device, resolve
+from samelang.training.evaluation.precision import BIENCODER_METRICS, choose, markdown, write_inference_card
 
 
 def rows(int8_loss: float, int8_speed: float = 2.0) -> list[dict]:

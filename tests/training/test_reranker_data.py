@@ -6,9 +6,9 @@ from collections import Counter
 
 import pytest
 
-from indexes.corpora import XQUAD_LANGS, load_split, load_xquad
-from training.data import dev_articles
-from training.reranker_data import build_coherence_groups, build_distill_instances, lang_pair
+from samelang.indexes.corpora import XQUAD_LANGS, load_split, load_xquad
+from samelang.training.data import dev_articles
+from samelang.training.reranker_data import build_coherence_groups, build_distill_instances, lang_pair
 
 DEV = dev_articles(3)
 

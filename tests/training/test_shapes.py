@@ -9,9 +9,10 @@ import json
 import numpy as np
 import pytest
 
-from indexes.corpora import XQUAD_LANGS, load_xquad
-from service.metrics.audit import LabelledQuery
-from training.evaluation import shapes as S
+from samelang.core.metrics.audit import LabelledQuery
+from samelang.core.paths import REPO_MODELS
+from samelang.indexes.corpora import XQUAD_LANGS, load_xquad
+from samelang.training.evaluation import shapes as S
 
 
 def _groups(split="all"):
@@ -76,39 +77,11 @@ def test_metrics_on_hand_made_lists():
     assert summary["cross_at_1"]["per_lang"]["de"] == 100.0 and summary["cross_at_1"]["per_lang"]["en"] is None
 
 
-def _result(**primary):
-    return {s: {S.PRIMARY[s]: {"mean": v}} for s, v in primary.items()}
-
-
-def test_the_serving_rule_is_the_best_mean_that_no_shape_fools():
-    base, hybrid, aligned, fused = (
-        S.ShapeRow("base"),
-        S.ShapeRow("base", 0.08),
-        S.ShapeRow("al"),
-        S.ShapeRow("fu", 0.04),
-    )
-    results = {
-        base: _result(parallel=90, partial=40, one=40, mono=95),
-        hybrid: _result(parallel=94, partial=30, one=20, mono=97),  # wins parallel, collapses the others
-        aligned: _result(parallel=85, partial=75, one=75, mono=90),  # best mean, but 5 points under base on mono
-        fused: _result(parallel=92, partial=70, one=70, mono=97),
-    }
-    chosen, verdict = S.serving_rule(results, base)
-    assert chosen == fused
-    assert verdict[hybrid]["below_base"] == ["partial", "one"] and verdict[aligned]["below_base"] == [
-        "parallel",
-        "mono",
-    ]
-    # a tie within TIE points goes to the simpler row (dense before hybrid)
-    results[base] = _result(parallel=92, partial=70, one=70, mono=97 - S.TIE / 2)
-    assert S.serving_rule(results, base)[0] == base
-
-
 @pytest.fixture(scope="module")
 def tiny(samelang_home, tmp_path_factory):
-    from training.evaluation.pipeline import PipelineEvalOptions
+    from samelang.training.evaluation.pipeline import PipelineEvalOptions
 
-    serving = S.Path(S.__file__).resolve().parents[2] / "models" / "serving.json"
+    serving = REPO_MODELS / "serving.json"
     before = serving.read_bytes()
     opts = PipelineEvalOptions(shapes=True, tiny=True, out=tmp_path_factory.mktemp("shapes"), home=samelang_home)
     report = S.run_shapes(opts, log=lambda m: None)

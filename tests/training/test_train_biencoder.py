@@ -8,7 +8,7 @@ import json
 import pytest
 from safetensors.numpy import load_file
 
-from training.biencoder import BiencoderArgs, train_biencoder
+from samelang.training.biencoder import BiencoderArgs, train_biencoder
 
 
 def test_two_step_smoke_run_changes_the_weights(tmp_path, base_model_path):
@@ -29,14 +29,14 @@ def test_two_step_smoke_run_changes_the_weights(tmp_path, base_model_path):
     assert not (out / "checkpoints").exists()
 
 
-def test_adapter_loads_in_the_service_encoder(tmp_path, base_model_path, encoder):
-    from service.models.encoder import Encoder
+def test_adapter_loads_in_the_service_encoder(tmp_path, base_model_path, encoder, samelang_home):
+    from samelang.core.models.encoder import Encoder
 
     out = tmp_path / "a"
     args = BiencoderArgs(out=out, base=str(base_model_path), langs="zh", per_lang=2, batch_size=2, max_steps=1,
                          max_length=32, dev_n_articles=0, device="cpu", lr=1e-2)  # fmt: skip
     train_biencoder(args, log=lambda *a: None)
-    aligned = Encoder(out)
+    aligned = Encoder(out, home=samelang_home)
     assert aligned.fingerprint != encoder.fingerprint and aligned.dim == 384
     a = aligned.encode_passages(["Der Rhein ist ein Fluss."])
     b = encoder.encode_passages(["Der Rhein ist ein Fluss."])
@@ -60,9 +60,9 @@ def test_hard_negatives_join_the_target_query_candidates():
     same-article negative; a negative that is another row's positive is left out."""
     import torch
 
-    from training.biencoder import compute_loss
-    from training.data import Triplet
-    from training.losses import InfoNCELoss, JSDLoss
+    from samelang.training.biencoder import compute_loss
+    from samelang.training.data import Triplet
+    from samelang.training.losses import InfoNCELoss, JSDLoss
 
     gen = torch.Generator().manual_seed(0)
     table: dict[str, torch.Tensor] = {}

@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.numpy import load_file
 
-from training.reranker import RerankerArgs, RerankerModule, train_reranker
+from samelang.training.reranker import RerankerArgs, RerankerModule, train_reranker
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +50,7 @@ def test_both_stages_train_and_save(stages):
 
 
 def test_service_loader_scores_like_the_trained_module(stages, samelang_home):
-    from service.models.reranker import CrossEncoderReranker
+    from samelang.core.models.reranker import CrossEncoderReranker
 
     _, s2 = stages
     module = RerankerModule(RerankerArgs(out=s2.out, stage=2, init=str(s2.out), max_length=48), samelang_home)
@@ -63,7 +63,7 @@ def test_service_loader_scores_like_the_trained_module(stages, samelang_home):
 
 
 def test_ablation_table_reads_the_training_runs(stages):
-    from training.evaluation.reranker import markdown_ablation, training_summary
+    from samelang.training.evaluation.reranker import markdown_ablation, training_summary
 
     s1, s2 = stages
     runs = {"stage1": training_summary(s1.out), "stage2": training_summary(s2.out), "ref": {}}

@@ -11,8 +11,8 @@ import pytest
 from fastapi import FastAPI
 from pydantic import BaseModel
 
-from indexes.corpora import load_xquad
-from service.models.generation import GeneratorUnavailable, LlamaCppGenerator, OpenAIGenerator
+from samelang.core.models.generation import GeneratorUnavailable, LlamaCppGenerator, OpenAIGenerator
+from samelang.indexes.corpora import load_xquad
 from tests.service.conftest import free_port, make_app, running
 
 
@@ -148,7 +148,7 @@ def test_prompt_fits_the_generator_context(gemma):
     # a small context: three passages do not fit, the last ones are dropped; a lone passage too long is cut
     from types import SimpleNamespace
 
-    from service.pipeline import fit_prompt
+    from samelang.service.prompts import fit_prompt
 
     small = LlamaCppGenerator(gemma.path, n_ctx=256)
     paragraphs = [p for p in load_xquad(["en"], split="test").paragraphs][:3]
@@ -170,7 +170,7 @@ def test_prompt_fits_the_generator_context(gemma):
 
 def test_the_same_prompt_gets_the_same_answer_whatever_came_before(gemma):
     # llama.cpp's reuse of the previous request's cache changed these two answers when a prompt came twice
-    from service.pipeline import build_prompt
+    from samelang.service.prompts import build_prompt
 
     en = {p.group: p.text for p in load_xquad(["en"], split="test").paragraphs}
     for lang in ("en", "zh"):
@@ -182,7 +182,7 @@ def test_the_same_prompt_gets_the_same_answer_whatever_came_before(gemma):
 
 def test_a_prompt_has_at_most_one_token_per_byte(gemma):
     # LlamaCppGenerator.fits skips counting tokens below this bound: it must hold in every language
-    from indexes.corpora import XQUAD_LANGS
+    from samelang.indexes.corpora import XQUAD_LANGS
 
     texts = [p.text for p in load_xquad(XQUAD_LANGS, split="test").paragraphs]
     texts += [q.text for q in load_xquad(XQUAD_LANGS, split="test").questions[::40]]

@@ -1,4 +1,4 @@
-"""The ecosystem's own clients against a real server: the README's snippets (the OpenAI SDK, the
+"""The ecosystem's own clients against a real server: the snippets of docs/api.md (the OpenAI SDK, the
 Cohere v2 SDK, LangChain's OpenAIEmbeddings, LlamaIndex's OpenAILikeEmbedding) run verbatim, unpatched,
 and what each returns must be what our own code path gives for the same input."""
 
@@ -11,16 +11,16 @@ import httpx
 import numpy as np
 import pytest
 
-from indexes.vectors import normalise
+from samelang.indexes.vectors import normalise
 from tests.service.conftest import make_app, running
 
-README = Path(__file__).resolve().parents[3] / "README.md"
+API_DOC = Path(__file__).resolve().parents[3] / "docs" / "api.md"
 
 
-def readme_snippet(name: str) -> str:
-    """The python block that follows ``<!-- snippet: name -->`` in the README."""
-    m = re.search(rf"<!-- snippet: {name} -->\n```python\n(.*?)```", README.read_text(), re.S)
-    assert m, f"README has no snippet {name!r}"
+def doc_snippet(name: str) -> str:
+    """The python block that follows ``<!-- snippet: name -->`` in docs/api.md."""
+    m = re.search(rf"<!-- snippet: {name} -->\n```python\n(.*?)```", API_DOC.read_text(), re.S)
+    assert m, f"docs/api.md has no snippet {name!r}"
     return m.group(1)
 
 
@@ -31,7 +31,7 @@ def run_snippet(name: str, url: str, monkeypatch, api_key: str | None = None) ->
     else:
         monkeypatch.delenv("SAMELANG_API_KEY", raising=False)
     ns: dict = {}
-    exec(compile(readme_snippet(name), f"README:{name}", "exec"), ns)  # noqa: S102 - the README's own code
+    exec(compile(doc_snippet(name), f"docs/api.md:{name}", "exec"), ns)  # noqa: S102 - the page's own code
     return ns
 
 

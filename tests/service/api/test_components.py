@@ -9,7 +9,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from indexes.index import IndexModelMismatch
+from samelang.indexes.generations import IndexModelMismatch
 from tests.service.conftest import running
 
 
@@ -26,7 +26,7 @@ def cross_encoder_dir(tmp_path_factory, base_model_path):
 
 
 def test_rerank_uses_the_configured_cross_encoder(service_settings, cross_encoder_dir):
-    from service.api.app import create_app
+    from samelang.service.api.app import create_app
 
     cfg = service_settings.model_copy(update={"reranker": cross_encoder_dir})
     with running(create_app(cfg)) as url, httpx.Client(base_url=url, timeout=120) as c:  # lifespan loads everything
@@ -34,8 +34,8 @@ def test_rerank_uses_the_configured_cross_encoder(service_settings, cross_encode
         assert (info["reranker"]["name"], info["reranker"]["kind"]) == ("e5-small-ce-untrained", "cross-encoder")
         # a checkpoint without an inference card runs at the fp32 reference numerics; the base encoder at
         # what its shipped record chose for this class of CPU (int8 on AMX), else fp32
-        from service.models.engine import precision_device
-        from service.models.folder import recorded_precision
+        from samelang.core.models.folder import recorded_precision
+        from samelang.core.models.precision import precision_device
 
         base = recorded_precision(service_settings.model, precision_device("cpu")) or "fp32"
         assert info["reranker"]["precision"] == "fp32" and info["encoder"]["precision"] == base
@@ -48,7 +48,7 @@ def test_rerank_uses_the_configured_cross_encoder(service_settings, cross_encode
 
 
 def test_an_index_built_by_another_model_is_refused(service_settings, cross_encoder_dir):
-    from service.api.app import load_components
+    from samelang.service.components import load_components
 
     cfg = service_settings.model_copy(update={"model": cross_encoder_dir})
     with pytest.raises(IndexModelMismatch) as e:
@@ -58,7 +58,7 @@ def test_an_index_built_by_another_model_is_refused(service_settings, cross_enco
 
 
 def test_reranker_choice(tmp_path):
-    from service.models.registry import REPO_MODELS, default_reranker, served_defaults
+    from samelang.service.registry import REPO_MODELS, default_reranker, served_defaults
 
     assert default_reranker("cosine") is None and default_reranker("Cosine") is None
     assert default_reranker(str(tmp_path)) == tmp_path and default_reranker(tmp_path) == tmp_path
@@ -72,10 +72,10 @@ def test_the_shipped_lamar_reranker_serves_rerank(service_settings):
     """``--reranker models/lamar-e5-small``: among a document and its translation the reader's
     language comes first, both above an unrelated one; giving it turns reranking on for /search.
     ``--reranker cosine`` selects the bi-encoder fallback."""
-    from service.api.app import create_app
-    from service.models.engine import precision_device
-    from service.models.folder import recorded_precision
-    from service.models.registry import LAMAR_RERANKER
+    from samelang.core.models.folder import recorded_precision
+    from samelang.core.models.precision import precision_device
+    from samelang.service.api.app import create_app
+    from samelang.service.registry import LAMAR_RERANKER
 
     query = "维多利亚和阿尔伯特博物馆在哪里？"  # zh: where is the V&A museum?
     docs = ["The V&A museum is in London.", "维多利亚和阿尔伯特博物馆位于伦敦。", "Paris est en France."]

@@ -47,8 +47,8 @@ def rounded(x):
 
 @pytest.fixture(scope="module")
 def milvus_index(tmp_path_factory, xquad_test_index):
-    from indexes.index import export_index
-    from indexes.stores import StoreSpec
+    from samelang.indexes.stores import StoreSpec
+    from samelang.indexes.writes import export_index
 
     out = tmp_path_factory.mktemp("milvus")
     export_index(xquad_test_index, out / "index", StoreSpec("milvus", str(out / "index.db")))
@@ -56,7 +56,7 @@ def milvus_index(tmp_path_factory, xquad_test_index):
 
 
 def test_milvus_serves_the_same_answers_as_faiss(service_settings, pipeline, milvus_index, server):
-    from indexes.index import open_index
+    from samelang.indexes.index import open_index
 
     index = open_index(milvus_index, pipeline.encoder.info)
     cfg = service_settings.model_copy(update={"index": milvus_index})

@@ -10,8 +10,8 @@ import time
 import httpx
 import pytest
 
-from indexes.corpora import load_xquad
-from service.pipeline import Limits
+from samelang.indexes.corpora import load_xquad
+from samelang.service.limits import Limits
 from tests.service.conftest import make_app, running
 
 
@@ -114,7 +114,7 @@ def test_a_disconnected_clients_work_stops(service_settings, pipeline):
     """The engine checks the request's budget between batches: once the client hangs up, the
     cancellation is counted and no request is left in progress (the worker thread returned)."""
     cfg = service_settings.model_copy(update={"max_body_bytes": 4_000_000})
-    app = make_app(cfg, pipeline, limits=Limits(100, 20000))
+    app = make_app(cfg, pipeline, limits=Limits(max_rerank_documents=100, max_document_chars=20000))
     with running(app) as url, httpx.Client(base_url=url, timeout=60) as c:
         with pytest.raises(httpx.TimeoutException):
             c.post("/rerank", json=_heavy_rerank(), timeout=0.5)
@@ -132,7 +132,7 @@ def test_a_disconnected_clients_work_stops(service_settings, pipeline):
 
 def test_a_spent_time_budget_is_a_503(service_settings, pipeline):
     cfg = service_settings.model_copy(update={"request_timeout_s": 0.2, "max_body_bytes": 4_000_000})
-    with running(make_app(cfg, pipeline, limits=Limits(100, 20000))) as url:
+    with running(make_app(cfg, pipeline, limits=Limits(max_rerank_documents=100, max_document_chars=20000))) as url:
         r = httpx.post(f"{url}/rerank", json=_heavy_rerank(), timeout=120)
         assert r.status_code == 503 and r.json()["error"] == "time_budget_exceeded"
         assert "0.2 s" in r.json()["detail"]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from indexes.corpora import load_xquad
-from service import metrics as M
+from samelang.core import metrics as M
+from samelang.indexes.corpora import load_xquad
 
 
 def test_health_ready_info_metrics_openapi(client):

@@ -14,7 +14,7 @@ import httpx
 import pytest
 from httpx_sse import connect_sse
 
-from service.models.generation import OpenAIGenerator
+from samelang.core.models.generation import OpenAIGenerator
 from tests.service.api.test_answer import openai_stub, zh_question
 from tests.service.conftest import free_port, make_app, running
 
@@ -35,7 +35,7 @@ class Gate:
         return getattr(self.generator, name)
 
     def stream(self, prompt: str, max_tokens: int):
-        from service import work
+        from samelang.core import work
 
         self.budget = work.current()  # the request's: a test can see it cancelled, whenever the work ends
         self.passages_before_start = self.passages_received.wait(WAIT_S)

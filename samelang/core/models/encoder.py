@@ -1,0 +1,138 @@
+"""The bi-encoder used for search, index building and evaluation."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from pathlib import Path
+
+import numpy as np
+
+from samelang.core.models.engine import engine_for
+from samelang.core.models.folder import model_fingerprint, require_model_folder
+from samelang.core.models.loading import load_model
+from samelang.core.models.precision import EngineOptions
+from samelang.indexes.index import ModelInfo
+
+# model_fingerprint belongs to the folder module; it is re-exported for callers that import it with the Encoder
+__all__ = ["Encoder", "load_sentence_transformer", "model_fingerprint"]
+
+
+def load_sentence_transformer(path: Path, device: str = "cpu", *, home: Path):
+    """A SentenceTransformer from a full checkpoint or a LoRA adapter folder (merged onto the converted
+    base model). The BERT pooler is never read here (mean pooling over token states), so the converted
+    base's lack of one is expected, not a sign of an untrained model."""
+    from sentence_transformers import SentenceTransformer  # deferred: keeps sentence_transformers out of start-up
+
+    return load_model(
+        path,
+        lambda folder: SentenceTransformer(str(folder), device=device),
+        home,
+        unused={"pooler": "mean pooling reads the token states"},
+    )
+
+
+class Encoder:
+    """A sentence-transformers bi-encoder with e5's ``query: `` / ``passage: `` prompts, run by the
+    :class:`~samelang.core.models.engine.InferenceEngine` (length-sorted token batches, precision modes).
+
+    ``options`` defaults to fp32: training and evaluation get the fp32 reference unless they ask;
+    the service passes its ``--precision`` (``auto``: the model card's choice). Served from ONNX, the
+    torch weights are read only to export the graph (once per model and precision); ``model`` loads
+    the sentence-transformers model on first use, for callers that want it (a benchmark's reference)."""
+
+    def __init__(self, path: str | Path, device: str = "cpu", *, home: Path, options: EngineOptions | None = None):
+        self.path = require_model_folder(
+            path,
+            "bi-encoder",
+            "run `samelang models prepare` (base model) or `samelang train biencoder` (aligned model)",
+        )
+        self.device, self.home = device, home
+        self.name = self.path.name
+        self.fingerprint = model_fingerprint(self.path)
+        self.engine = engine_for(self._load, "embed", self.path, home, options, device)
+        meta = self.engine.meta
+        self.dim = int(meta["dim"])
+        self._query_prompt, self._passage_prompt = meta["query_prompt"], meta["passage_prompt"]
+
+    def _load(self):
+        """(transformer, tokenizer, meta) for the engine; a fresh model that the engine may drop."""
+        model = load_sentence_transformer(self.path, device=self.device, home=self.home)
+        pooling = getattr(model[1], "pooling_mode", "mean") if len(model) > 1 else "mean"
+        if pooling != "mean":
+            raise ValueError(f"{self.path}: the inference engine implements mean pooling, the model uses {pooling}")
+        prompts = getattr(model, "prompts", {}) or {}
+        meta = {
+            "dim": int(model.get_embedding_dimension()),
+            "query_prompt": prompts.get("query", ""),
+            "passage_prompt": prompts.get("passage", ""),
+            "max_length": int(model.max_seq_length or 512),
+        }
+        return model[0].auto_model, model.tokenizer, meta
+
+    @functools.cached_property
+    def model(self):
+        """The sentence-transformers model itself (loaded on first use; the engine does not need it)."""
+        return load_sentence_transformer(self.path, device=self.device, home=self.home)
+
+    @property
+    def precision(self) -> str:
+        """``fp32``, ``int8``, ...: how the engine runs the model."""
+        return self.engine.precision
+
+    @property
+    def cache_tag(self) -> str:
+        """What embedding caches and indexes must key on besides the fingerprint (``int8-sq1``: the
+        precision and its quantisation recipe)."""
+        return self.engine.variant
+
+    @property
+    def info(self) -> ModelInfo:
+        return ModelInfo(self.name, self.fingerprint, self.dim)
+
+    def _encode(self, texts: list[str], prompt: str, progress: bool = False) -> np.ndarray:
+        if len(texts) == 0:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return self.engine.run([prompt + t for t in texts], progress=progress)
+
+    def encode_queries(self, texts: list[str], progress: bool = False) -> np.ndarray:
+        """Queries as the model was trained to see them (its query prompt). The service gathers
+        concurrent calls into one pass with its own micro-batcher (:mod:`samelang.service.batching`)."""
+        return self._encode(texts, self._query_prompt, progress)
+
+    def encode_passages(self, texts: list[str], progress: bool = False) -> np.ndarray:
+        return self._encode(texts, self._passage_prompt, progress)
+
+    @property
+    def unbatched(self) -> Encoder:
+        """This encoder past any micro-batcher wrapped around it (:mod:`samelang.service.batching`): for callers
+        with many or long texts, which gain nothing from waiting and would hold up the short queries
+        queued behind them."""
+        return self
+
+    def count_tokens(self, texts: list[str], passages: bool = False) -> list[int]:
+        """Tokens each text is encoded as, prompt and special tokens included (after truncation)."""
+        prompt = self._passage_prompt if passages else self._query_prompt
+        return self.engine.token_counts([prompt + t for t in texts])
+
+    @functools.cached_property
+    def analyzer(self) -> tuple[str, object]:
+        """(name, function) of the lexical analyzer: this model's subword tokenizer, lower-cased, word
+        markers dropped (see :mod:`samelang.indexes.lexical` for why subwords). The name is a checksum of the
+        vocabulary (nothing that a library upgrade renames), so an index's BM25 half is only ever
+        queried with the terms it was built on."""
+        # The engine's own tokenizer, run stage by stage (normaliser, pre-tokeniser, model): what
+        # ``encode(text, add_special_tokens=False).tokens`` gives, without the engine's truncation,
+        # and without a second copy of a tokenizer that holds ~0.3 GB for e5's 250k-piece vocabulary.
+        tok = self.engine.tokenizer
+        normalizer, pre_tokenizer, model = tok.normalizer, tok.pre_tokenizer, tok.model
+        vocab = sorted(tok.get_vocab().items(), key=lambda kv: kv[1])
+        digest = hashlib.sha256("\n".join(k for k, _ in vocab).encode()).hexdigest()[:12]
+
+        def analyze(text: str) -> list[str]:
+            text = normalizer.normalize_str(text) if normalizer is not None else text
+            pieces = pre_tokenizer.pre_tokenize_str(text) if pre_tokenizer is not None else [(text, None)]
+            tokens = (t.value for piece, _ in pieces for t in model.tokenize(piece))
+            return [w for w in (t.lstrip("\u2581").lower() for t in tokens) if w]
+
+        return f"subword-lower:{digest}", analyze

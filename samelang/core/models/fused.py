@@ -1,0 +1,191 @@
+"""A language-aware fused retriever: one model for documents in the reader's language, another for
+documents in every other language (``models/<name>/fused.json``).
+
+Why two models. No single bi-encoder we ship serves every collection shape (``samelang eval
+pipeline --shapes``, train articles): the base model with BM25 ranks the reader's own language best
+(Mono-Same nDCG@10 97.3), but over a collection that is mostly English with some translations it
+loses answers written only in another language to same-language paragraphs about something else
+(found@1 37.9 on the partial-translation shape). The seed-000 aligned model finds the answer in any
+language (found@1 79.8) but ranks within one language worse (Mono-Same 92.9) and puts the reader's
+own version first for 72% of questions only. A linear mix of the two trades one shape against
+another (best mean of the shapes' primary metrics 84.3). Scoring each document by the model that is
+good at *its* relation to the query reaches 85.2 with the reader's own version first for 93%
+(``scripts/experiments/fused_grid.py``, docs/evaluation.md):
+
+* ``same(q, d) = z_same(cos_same(q, d) + w * bm25(q, d) / max_d' bm25(q, d'))`` when ``d`` is in
+  the query's language (base cosine and BM25: the best monolingual ranking);
+* ``cross(q, d) = z_cross(cos_cross(q, d)) + c`` otherwise (aligned cosine: the best cross-language one);
+
+where ``z(s) = (s - mean_q) / std_q`` puts each model's cosines on one scale: the mean and standard
+deviation of the query's cosine over a fixed set of reference passages (``calibration.npz``: every
+other XQuAD train-article paragraph, 960 in 12 languages, embedded by both models), so that a
+score means the same over a 20-document collection as over a million (the two models' cosines live
+on very different scales: std 0.026 for the base, 0.114 for the aligned model; without the file,
+a sample of the index's own documents stands in). ``c`` (how far another language's document must
+outscore the reader's own) and ``w`` were tuned on the train-article shapes: the largest ``c`` that
+keeps the reader's version first for at least 93% of partial-translation questions.
+
+A labelled group that has a version in the reader's language is ranked by that version's score
+(what the reader is shown; :meth:`~samelang.service.pipeline.Pipeline._labelled_by_reader`).
+
+Translations without labels. Users' documents carry no ``group``: a paragraph and its translation
+are two documents. The aligned model was trained to put translations together (seed 000), so among
+the retrieved documents one whose aligned cosine with an earlier hit is at least ``tau``, in a
+language that hit's translations do not have yet, is taken as its translation: the pipeline then
+shows the reader's version first and lists the others as its versions, as it does for labelled groups.
+
+Index layout. The index stores one vector per document: both models' unit vectors side by side,
+each scaled by ``1/sqrt(2)`` (a unit vector, so every store, FAISS or Milvus, works unchanged). A
+search asks the store with ``[q_same * a; q_cross * b]`` (inner product = a weighted sum of the two
+cosines: candidates that either model ranks high), then scores the candidates as above from their
+stored halves.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from samelang.indexes.atomic import atomic_write_bytes, atomic_write_text
+from samelang.indexes.corpora import XQUAD_LANGS, load_xquad
+from samelang.indexes.index import ModelInfo
+
+FUSED_CONFIG = "fused.json"
+CALIBRATION = "calibration.npz"  # both models' vectors of the reference passages (float16)
+SQRT2 = float(np.sqrt(2.0))
+
+
+@dataclass(frozen=True)
+class FusionConfig:
+    """What ``fused.json`` holds. ``same`` / ``cross``: model folders (``base`` or a folder name
+    under ``models/``, or a path)."""
+
+    same: str = "base"
+    cross: str = "e5-small-aligned"
+    cross_offset: float = 2.0  # c: z-units another language's document gets over the reader's own
+    translation_threshold: float = 0.8  # tau: aligned cosine at which two documents are translations
+    candidate_depth: int = 100  # documents the store returns per search before the fused scoring
+    calibration_rows: int = 2048  # without calibration.npz: the index documents (evenly spaced) that calibrate z
+    query_weights: tuple[float, float] = (1.0, 0.25)  # (a, b) of the store's candidate search
+    lexical_weight: float = 0.04  # w, tuned with c: the BM25 weight its rows are judged and served with
+
+    @classmethod
+    def read(cls, folder: Path) -> FusionConfig:
+        raw = json.loads((Path(folder) / FUSED_CONFIG).read_text())
+        raw = {k: v for k, v in raw.items() if k in cls.__dataclass_fields__}
+        if "query_weights" in raw:
+            raw["query_weights"] = tuple(raw["query_weights"])
+        return cls(**raw)
+
+    def write(self, folder: Path, note: dict | None = None) -> None:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        data = {**asdict(self), "query_weights": list(self.query_weights), **(note or {})}
+        atomic_write_text(Path(folder) / FUSED_CONFIG, json.dumps(data, indent=2) + "\n")
+
+
+def is_fused_folder(path: str | Path) -> bool:
+    return (Path(path) / FUSED_CONFIG).exists()
+
+
+def fused_fingerprint(same: str, cross: str) -> str:
+    """A fused retriever's identity: its parts' (what its vectors depend on; the scoring knobs in
+    ``fused.json`` change no vector, so an index stays valid when they are tuned again)."""
+    return hashlib.sha256(f"fused-v1:{same}:{cross}".encode()).hexdigest()
+
+
+def joined_tag(tags: list[str]) -> str:
+    """The parts' precision or cache tags as one (``int8+fp32``; one tag when they agree): what a
+    fused retriever's embedding caches and demo index are keyed on."""
+    return "+".join(dict.fromkeys(tags))
+
+
+class FusedEncoder:
+    """Two bi-encoders as one: vectors are ``[same; cross] / sqrt(2)`` (each half unit-normalised),
+    so an index built with it holds both models' vectors; :class:`~samelang.service.pipeline.Pipeline`
+    reads :attr:`fusion` to score with each half (see the module docstring)."""
+
+    def __init__(self, path: Path, same, cross, config: FusionConfig):
+        self.path, self.same, self.cross, self.fusion = Path(path), same, cross, config
+        self.name = self.path.name
+        self.dim = same.dim + cross.dim
+        self.split = same.dim  # where the cross half starts
+        self.fingerprint = fused_fingerprint(same.fingerprint, cross.fingerprint)
+        self.home = getattr(same, "home", None)
+        ref = self.path / CALIBRATION
+        self.calibration = None  # (same, cross) unit vectors of the reference passages
+        if ref.exists():
+            with np.load(ref) as z:
+                self.calibration = (z["same"].astype(np.float32), z["cross"].astype(np.float32))
+
+    @property
+    def info(self) -> ModelInfo:
+        return ModelInfo(self.name, self.fingerprint, self.dim)
+
+    @property
+    def precision(self) -> str:
+        return joined_tag([self.same.precision, self.cross.precision])
+
+    @property
+    def cache_tag(self) -> str:
+        return joined_tag([self.same.cache_tag, self.cross.cache_tag])
+
+    @property
+    def engine(self):  # the token counter and tokenizer (both parts are e5: the same tokenizer)
+        return self.same.engine
+
+    @property
+    def analyzer(self):
+        return self.same.analyzer
+
+    @property
+    def unbatched(self) -> FusedEncoder:
+        return self
+
+    def count_tokens(self, texts: list[str], passages: bool = False) -> list[int]:
+        return self.same.count_tokens(texts, passages)
+
+    @staticmethod
+    def join(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        def unit(x):
+            x = np.asarray(x, dtype=np.float32)
+            return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+
+        return np.concatenate([unit(a), unit(b)], axis=1) / SQRT2
+
+    def encode_queries(self, texts: list[str], progress: bool = False) -> np.ndarray:
+        return self.join(self.same.encode_queries(texts, progress), self.cross.encode_queries(texts, progress))
+
+    def encode_passages(self, texts: list[str], progress: bool = False) -> np.ndarray:
+        return self.join(self.same.encode_passages(texts, progress), self.cross.encode_passages(texts, progress))
+
+    def halves(self, vecs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(same, cross) unit vectors of stored or query vectors."""
+        v = np.asarray(vecs, dtype=np.float32) * SQRT2
+        return v[..., : self.split], v[..., self.split :]
+
+    def store_query(self, qvec: np.ndarray) -> np.ndarray:
+        """The vector the store is searched with: ``[q_same * a; q_cross * b]`` (see the module)."""
+        s, c = self.halves(qvec)
+        a, b = self.fusion.query_weights
+        return np.concatenate([s * a, c * b], axis=-1).astype(np.float32) / SQRT2
+
+
+def reference_passages() -> list[str]:
+    """The calibration's reference passages: every other XQuAD train-article paragraph, 12 languages."""
+
+    return [p.text for x in XQUAD_LANGS for p in load_xquad([x], split="train").paragraphs][::2]
+
+
+def write_calibration(encoder: FusedEncoder) -> Path:
+    """Embed the reference passages with both models into ``calibration.npz`` (float16, atomically)."""
+
+    same, cross = encoder.halves(encoder.encode_passages(reference_passages(), progress=True))
+    buf = io.BytesIO()
+    np.savez(buf, same=same.astype(np.float16), cross=cross.astype(np.float16))
+    atomic_write_bytes(encoder.path / CALIBRATION, buf.getvalue())
+    return encoder.path / CALIBRATION

@@ -1,0 +1,134 @@
+"""Loading a model folder into sentence-transformers: a full checkpoint as it is, a LoRA adapter merged
+onto the converted base model, with transformers' load reports turned into one line that says what
+was initialised from where.
+
+Apart from :mod:`samelang.core.models.folder` (which only knows the folder's files) because merging an
+adapter needs the base model, and the base model's conversion writes a folder."""
+
+from __future__ import annotations
+
+import logging
+import re
+import warnings
+from collections.abc import Callable
+from contextlib import contextmanager
+from pathlib import Path
+
+from samelang.core.models.base_model import ensure_base_model
+from samelang.core.models.folder import adapter_saved_modules, is_adapter, read_adapter_config
+
+log = logging.getLogger("samelang")
+
+# ---------------------------------------------------------------------------------------- loading
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+class _LoadReport(logging.Filter):
+    """Holds back transformers' LOAD REPORT (and, for an adapter's base, sentence-transformers'
+    "Converting ... to CrossEncoder" notice) so that :func:`load_model` can say what they mean."""
+
+    def __init__(self, drop_conversion_notice: bool):
+        super().__init__()
+        self.reports: list[str] = []
+        self.drop_conversion_notice = drop_conversion_notice
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = record.getMessage()
+        if "LOAD REPORT" in msg:
+            self.reports.append(_ANSI.sub("", msg))
+            return False
+        return not (self.drop_conversion_notice and msg.startswith("Converting ") and " model " in msg)
+
+
+def _report_rows(report: str) -> list[tuple[str, str]]:
+    """(key, status) rows of a LOAD REPORT table ("key | MISSING | ...")."""
+    rows = []
+    for line in report.splitlines():
+        cells = [c.strip() for c in line.split("|")]
+        if len(cells) >= 2 and cells[1].isupper() and cells[0] and cells[0] != "Key":
+            rows.append((cells[0], cells[1]))
+    return rows
+
+
+@contextmanager
+def _quiet_load(drop_conversion_notice: bool):
+    """Capture the load reports, hide the per-file weight-loading bars and peft's deprecation notice
+    about transformers' ``is_gradient_checkpointing`` (library plumbing, nothing about our model)."""
+    from transformers.utils import logging as hf_logging  # deferred: keeps transformers out of start-up
+
+    held = _LoadReport(drop_conversion_notice)
+    loggers = [logging.getLogger("transformers.modeling_utils"), logging.getLogger("sentence_transformers.base.model")]
+    bars = hf_logging.is_progress_bar_enabled()
+    for lg in loggers:
+        lg.addFilter(held)
+    hf_logging.disable_progress_bar()
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+            yield held
+    finally:
+        for lg in loggers:
+            lg.removeFilter(held)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+def _explain(name: str, reports: list[str], covered: dict[str, str]) -> list[str]:
+    """What the held reports mean: one phrase per module that ``covered`` explains; any other row
+    (an unexplained missing or unexpected weight) is logged with the full report, as transformers would."""
+    explained: dict[str, str] = {}
+    for report in reports:
+        rows = _report_rows(report)
+        unexplained = []
+        for key, status in rows:
+            module = next((m for m in covered if m in key.split(".")), None)
+            if status == "MISSING" and module is not None:
+                explained[module] = covered[module]
+            else:
+                unexplained.append(key)
+        if unexplained or not rows:
+            log.warning("%s: weights not explained by the model folder (%s):\n%s", name, unexplained[:5], report)
+    by_reason: dict[str, list[str]] = {}
+    for m, why in sorted(explained.items()):
+        by_reason.setdefault(why, []).append(m)
+    return [f"{'+'.join(mods)} {why}" for why, mods in by_reason.items()]
+
+
+def load_model(
+    path: str | Path,
+    build: Callable[[Path], object],
+    home: Path,
+    unused: dict[str, str] | None = None,
+):
+    """The sentence-transformers model of a folder: ``build(folder)`` (a ``SentenceTransformer`` or
+    ``CrossEncoder`` constructor) on a full checkpoint, or on the converted base model with the
+    folder's LoRA adapter merged into its transformer (and its saved modules, e.g. a cross-encoder's
+    trained pooler and classifier, swapped in), so inference runs a plain model.
+
+    ``unused`` names modules the caller never reads and why (a mean-pooling bi-encoder ignores the
+    BERT pooler). Weights the base lacks but the adapter saves, or that are unused, are expected:
+    instead of transformers' MISSING report (which reads as if the model were untrained) one INFO
+    line says what was initialised from where; anything else is still reported as a warning."""
+    path = Path(path)
+    adapter = is_adapter(path)
+    saved = adapter_saved_modules(path)
+    covered = {m: "from the adapter's saved modules" for m in saved}
+    for m, why in (unused or {}).items():
+        covered.setdefault(m, f"not in the checkpoint, unused ({why})")
+    if not adapter:
+        with _quiet_load(drop_conversion_notice=False) as held:
+            model = build(path)
+        notes = _explain(path.name, held.reports, covered)
+        log.info("%s: full checkpoint%s", path.name, "".join(f"; {n}" for n in notes))
+        return model.eval()
+    from peft import PeftModel  # deferred: peft imports torch, which a server on ONNX never loads
+
+    base = ensure_base_model(home)
+    with _quiet_load(drop_conversion_notice=True) as held:
+        model = build(base)
+        transformer = model[0]
+        transformer.model = PeftModel.from_pretrained(transformer.model, str(path)).merge_and_unload()
+    notes = _explain(path.name, held.reports, covered)
+    r = read_adapter_config(path).get("r")
+    log.info("%s: base %s + LoRA adapter (r=%s) merged%s", path.name, base.name, r, "".join(f"; {n}" for n in notes))
+    return model.eval()

@@ -1,0 +1,127 @@
+"""Rerankers: a cross-encoder checkpoint, or bi-encoder cosine when none is configured."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import numpy as np
+
+from samelang.core.models.encoder import Encoder
+from samelang.core.models.engine import engine_for, sigmoid
+from samelang.core.models.folder import model_fingerprint, require_model_folder
+from samelang.core.models.loading import load_model
+from samelang.core.models.precision import EngineOptions
+
+BI_ENCODER_COSINE = "bi-encoder-cosine"
+
+
+def load_cross_encoder(path: Path, device: str = "cpu", max_length: int = 256, *, home: Path):
+    """A sentence-transformers ``CrossEncoder`` from a full checkpoint, or from a LoRA adapter folder
+    merged onto the converted base model, with the adapter's trained pooler and classifier head in
+    place of the ones the base model lacks (transformers initialises those at load, and the adapter
+    replaces them: a LAMAR folder is a trained reranker, whatever the base load would report)."""
+    from sentence_transformers import CrossEncoder  # deferred: keeps sentence_transformers out of start-up
+
+    return load_model(
+        path, lambda folder: CrossEncoder(str(folder), device=device, max_length=max_length, num_labels=1), home
+    )
+
+
+class CrossEncoderReranker:
+    """Any sentence-transformers ``CrossEncoder`` checkpoint (one output score), or a LAMAR adapter."""
+
+    kind = "cross-encoder"
+
+    def __init__(
+        self,
+        path: str | Path,
+        device: str = "cpu",
+        max_length: int = 256,
+        *,
+        home: Path,
+        options: EngineOptions | None = None,
+    ):
+        self.path = require_model_folder(
+            path, "cross-encoder",
+            "train one with `samelang train reranker`, or leave the reranker unset to rerank by bi-encoder cosine",
+        )  # fmt: skip
+        self.device, self.home, self.max_length = device, home, max_length
+        self.name = self.path.name
+        self.fingerprint = model_fingerprint(self.path)
+        self.engine = engine_for(
+            self._load,
+            "score",
+            self.path,
+            home,
+            options,
+            device,
+            max_length=max_length,
+            activation=sigmoid,  # CrossEncoder.predict's default for one label: scores in (0, 1)
+        )
+
+    def _load(self):
+        """(module, tokenizer, meta) for the engine; a fresh model that the engine may drop."""
+        ce = load_cross_encoder(self.path, device=self.device, max_length=self.max_length, home=self.home)
+        return ce.model, ce.tokenizer, {}
+
+    @functools.cached_property
+    def model(self):
+        """The sentence-transformers ``CrossEncoder`` (loaded on first use; the engine does not need it)."""
+        return load_cross_encoder(self.path, device=self.device, max_length=self.max_length, home=self.home)
+
+    @property
+    def precision(self) -> str:
+        """``fp32``, ``int8``, ...: how the engine runs the model."""
+        return self.engine.precision
+
+    @property
+    def cache_tag(self) -> str:
+        """What score caches must key on besides the fingerprint (precision and quantisation recipe)."""
+        return self.engine.variant
+
+    def score_pairs(self, pairs: list[tuple[str, str]], progress: bool = False) -> np.ndarray:
+        """Scores of (query, document) pairs; the service's micro-batcher (:mod:`samelang.service.batching`)
+        gathers the pairs of concurrent requests into one call of this."""
+        return self.engine.run(list(pairs), progress=progress)
+
+    def score(self, query: str, documents: list[str]) -> np.ndarray:
+        if not documents:
+            return np.zeros(0, dtype=np.float32)
+        return self.score_pairs([(query, d) for d in documents])
+
+    def count_tokens(self, query: str, documents: list[str]) -> int:
+        """Tokens the pairs are scored as (the ``usage`` of the Cohere-shaped route)."""
+        return sum(self.engine.token_counts([(query, d) for d in documents]))
+
+    def truncate(self, text: str, n_tokens: int) -> str:
+        return self.engine.truncate_text(text, n_tokens)
+
+
+class CosineReranker:
+    """Fallback: cosine between the query and document embeddings of the served bi-encoder."""
+
+    kind = BI_ENCODER_COSINE
+
+    def __init__(self, encoder: Encoder):
+        self.encoder = encoder
+        self.name = BI_ENCODER_COSINE
+
+    def score(self, query: str, documents: list[str]) -> np.ndarray:
+        if not documents:
+            return np.zeros(0, dtype=np.float32)
+        q = self.encoder.encode_queries([query])[0]
+        return self.score_vectors(q, self.encoder.encode_passages(documents))
+
+    def count_tokens(self, query: str, documents: list[str]) -> int:
+        return self.encoder.count_tokens([query])[0] + sum(self.encoder.count_tokens(documents, passages=True))
+
+    def truncate(self, text: str, n_tokens: int) -> str:
+        return self.encoder.engine.truncate_text(text, n_tokens)
+
+    @staticmethod
+    def score_vectors(query_vector: np.ndarray, vectors: np.ndarray) -> np.ndarray:
+        """Cosine of one query vector with document vectors (e.g. the index's own, same model)."""
+        q = np.asarray(query_vector, dtype=np.float64)
+        v = np.asarray(vectors, dtype=np.float64)
+        return (v @ q) / np.maximum(np.linalg.norm(v, axis=1) * np.linalg.norm(q), 1e-12)

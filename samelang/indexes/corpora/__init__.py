@@ -1,0 +1,21 @@
+"""Corpora: the vendored XQuAD and Tatoeba data, and a user's own JSONL."""
+
+from samelang.indexes.corpora.jsonl import CorpusFormatError, load_documents_jsonl, load_labelled_queries_jsonl
+from samelang.indexes.corpora.records import (
+    SPLITS,
+    Answer,
+    Document,
+    LabelledQuery,
+    Paragraph,
+    Question,
+    SentencePair,
+    Split,
+)
+from samelang.indexes.corpora.tatoeba import TATOEBA_CODES, load_tatoeba
+from samelang.indexes.corpora.xquad import XQUAD_LANGS, XQuAD, check_langs, load_split, load_xquad, split_articles
+
+__all__ = [
+    "Answer", "CorpusFormatError", "Document", "LabelledQuery", "Paragraph", "Question", "SPLITS",
+    "SentencePair", "Split", "TATOEBA_CODES", "XQUAD_LANGS", "XQuAD", "check_langs", "load_documents_jsonl",
+    "load_labelled_queries_jsonl", "load_split", "load_tatoeba", "load_xquad", "split_articles",
+]  # fmt: skip

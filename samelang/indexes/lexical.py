@@ -1,0 +1,90 @@
+"""The lexical half of hybrid retrieval: Okapi BM25 over the indexed documents' texts (bm25s).
+
+Why an index of words beside the vectors. XQuAD-style questions (and most questions people type
+over a document collection) repeat the document's own words: names, numbers, rare terms. A small
+bi-encoder blurs exactly those; BM25 keeps them, and it is language-coherent by construction (a
+Thai question shares tokens with the Thai version of a paragraph, not with its English one). On the
+XQuAD *train* articles (9,792 questions, 12 languages, pool of all 2,880 paragraphs) the base
+model's cosine puts the reader's gold paragraph first for 89.5% of questions, BM25 alone for
+87.8%, and their fusion (:func:`fuse`) for 93.8%.
+
+Terms come from an *analyzer* the caller gives (this package knows no model): the service passes
+its encoder's subword tokenizer (XLM-R sentencepiece for e5), which segments every script, Thai
+and Chinese included, and acts as a light stemmer; on the same train questions it beat a Unicode
+word + CJK/Thai character-bigram analyzer (93.8 vs 93.4 fused, 87.8 vs 82.4 alone). The analyzer's
+name is recorded with the index so that queries are analysed the way the documents were.
+
+The index is rebuilt from all the generation's texts whenever documents are added (BM25's
+document frequencies change with every document); a generation's ``lexical/`` folder is written
+with the rest of it, so it is as crash-safe as the vectors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+Analyzer = Callable[[str], list[str]]
+FOLDER = "lexical"
+K1, B = 1.2, 0.75  # Robertson / Lucene defaults; k1 in {0.9, 1.2, 1.5, 2}, b in {0.4, 0.75, 0.9} moved fusion <= 0.5 pt
+
+
+def fuse(dense: np.ndarray, lexical: np.ndarray, weight: float, top: float | None = None) -> np.ndarray:
+    """Hybrid score: ``cos(q, d) + weight * bm25(q, d) / max_d' bm25(q, d')`` (per query row).
+
+    Dividing BM25 by the query's best BM25 score puts it on [0, 1] whatever the query's length
+    and rarity, next to a cosine; ``weight`` is tuned on the train articles
+    (``samelang eval fusion``). ``top``: the query's best BM25 over the whole index, when
+    ``lexical`` holds only some documents' scores (default: the row maximum). The whole index's
+    best, not the best among documents a language filter allows: a Thai question filtered to
+    English documents shares only stray subwords with them, and those must not weigh as much as a
+    real match."""
+    dense, lexical = np.atleast_2d(dense).astype(np.float64), np.atleast_2d(lexical).astype(np.float64)
+    best = lexical.max(axis=1, keepdims=True) if top is None and lexical.size else np.array([[top or 0.0]])
+    return dense + weight * lexical / np.maximum(best, 1e-9)
+
+
+@dataclass
+class LexicalIndex:
+    """BM25 scores of a query against every document row (row = docstore row)."""
+
+    bm25: object  # bm25s.BM25
+    analyzer: str  # the name of the analyzer that made its terms
+    n_docs: int
+
+    @classmethod
+    def build(cls, texts: Sequence[str], analyze: Analyzer, analyzer: str) -> LexicalIndex:
+        import bm25s  # deferred: keeps bm25s out of start-up
+
+        bm25 = bm25s.BM25(k1=K1, b=B)
+        bm25.index([analyze(t) for t in texts], show_progress=False)
+        return cls(bm25, analyzer, len(texts))
+
+    def save(self, folder: Path) -> None:
+        self.bm25.save(str(folder))
+
+    @classmethod
+    def load(cls, folder: Path, analyzer: str, n_docs: int) -> LexicalIndex:
+        import bm25s  # deferred: keeps bm25s out of start-up
+
+        return cls(bm25s.BM25.load(str(folder), mmap=False), analyzer, n_docs)
+
+    def scores(self, terms: list[str]) -> np.ndarray:
+        """BM25 of the query's terms for every row (0 for a document sharing none)."""
+        known = [t for t in terms if t in self.bm25.vocab_dict]
+        if not known:
+            return np.zeros(self.n_docs, np.float32)
+        return np.asarray(self.bm25.get_scores(known), dtype=np.float32)
+
+
+def best_rows(scores: np.ndarray, k: int) -> np.ndarray:
+    """The rows of the ``k`` highest positive scores, best first (linear selection, then a sort of
+    those ``k``: cheap on a large index)."""
+    k = min(k, int((scores > 0).sum()))
+    if k <= 0:
+        return np.zeros(0, np.int64)
+    rows = np.argpartition(-scores, k - 1)[:k]
+    return rows[np.argsort(-scores[rows], kind="stable")].astype(np.int64)

@@ -1,0 +1,85 @@
+"""Prometheus metrics behind ``GET /metrics``: requests and latency per route, batch sizes, cancelled work.
+
+Operational counters only; the ranking metrics (nDCG, Max@R, ...) live in :mod:`samelang.core.metrics`."""
+
+from __future__ import annotations
+
+import time
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+
+class Metrics:
+    def __init__(self):
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "samelang_requests", "HTTP requests", ["route", "method", "status"], registry=self.registry
+        )
+        self.latency = Histogram(
+            "samelang_request_seconds",
+            "HTTP request latency",
+            ["route"],
+            registry=self.registry,
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+        )
+        self.batch = Histogram(
+            "samelang_batch_size",
+            "inputs (queries or pairs) per micro-batched model call",
+            ["model"],
+            registry=self.registry,
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+        )
+        self.batch_requests = Histogram(
+            "samelang_batch_requests",
+            "requests served by one micro-batched model call",
+            ["model"],
+            registry=self.registry,
+            buckets=(1, 2, 4, 8, 16, 32, 64),
+        )
+
+        self.stream_errors = Counter(
+            "samelang_stream_errors",
+            "streamed responses that ended with an error event (their status was already 200), by error",
+            ["error"],
+            registry=self.registry,
+        )
+        self.cancelled = Counter(
+            "samelang_work_cancelled",
+            "requests whose model work was stopped (deadline, disconnected, shutdown)",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.in_progress = Gauge(
+            "samelang_work_in_progress", "requests whose model work is running now", registry=self.registry
+        )
+
+    def render(self) -> tuple[bytes, str]:
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+class MetricsMiddleware:
+    def __init__(self, app, metrics: Metrics):
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        start, status = time.perf_counter(), [None]
+
+        async def send_wrapper(msg):
+            if msg["type"] == "http.response.start":
+                status[0] = msg["status"]
+            await send(msg)
+
+        try:
+            await self.app(scope, receive, send_wrapper)
+            if status[0] is None:  # the app returned without answering: the client had gone
+                status[0] = 499
+        except BaseException:
+            status[0] = status[0] or 500
+            raise
+        finally:
+            route = scope.get("route")
+            path = getattr(route, "path", None) or "unmatched"
+            self.metrics.requests.labels(path, scope["method"], str(status[0])).inc()
+            self.metrics.latency.labels(path).observe(time.perf_counter() - start)

@@ -1,0 +1,351 @@
+"""Request and response models of the HTTP API (the OpenAPI schema comes from here)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Strict,
+    Tag,
+    WithJsonSchema,
+    model_validator,
+)
+
+from samelang.indexes.corpora import XQUAD_LANGS
+from samelang.indexes.langid import supported_languages
+from samelang.indexes.text import text_problem
+
+MAX_QUERY_CHARS = 2000
+MAX_ID_CHARS = 512
+MAX_DOCUMENTS = 100  # hard ceiling of /rerank documents; the server's --max-rerank-documents may be lower
+MAX_DOCUMENT_CHARS = 20000  # likewise for --max-document-chars
+MAX_DIAGNOSE_QUERIES = 1000  # likewise for --max-diagnose-queries
+_LANGS = frozenset(supported_languages())
+# what a client must send: text with something visible in it (the server also refuses lone surrogates
+# and zero-width-only text, which a pattern cannot express)
+_VISIBLE = r"\S"
+
+
+def _text(v: str) -> str:
+    if not v.strip():
+        raise ValueError("must not be empty or only whitespace")
+    if problem := text_problem(v):
+        raise ValueError(problem)
+    return v
+
+
+def _query(v: str) -> str:
+    if not v.strip():
+        raise ValueError("must not be empty or only whitespace")
+    return _text(v).strip()
+
+
+def _lang(v: str | None) -> str | None:
+    if v is None:
+        return None
+    code = v.strip().lower()
+    if code not in _LANGS:
+        raise ValueError(f"unknown language code {v!r}: use a two-letter ISO 639-1 code such as 'en' or 'zh'")
+    return code
+
+
+# the schema states minLength / pattern; the validators give the clearer messages
+_SCHEMA_TEXT = {"minLength": 1, "pattern": _VISIBLE}
+Query = Annotated[str, Field(max_length=MAX_QUERY_CHARS, json_schema_extra=_SCHEMA_TEXT), AfterValidator(_query)]
+Text = Annotated[str, Field(json_schema_extra=_SCHEMA_TEXT), AfterValidator(_text)]
+DocId = Annotated[str, Field(max_length=MAX_ID_CHARS, json_schema_extra=_SCHEMA_TEXT), AfterValidator(_text)]
+# codes are matched case-insensitively; the schema lists the canonical lower-case ones
+Lang = Annotated[
+    str,
+    AfterValidator(_lang),
+    WithJsonSchema({"type": "string", "enum": sorted(_LANGS), "description": "ISO 639-1 language code"}),
+]
+# JSON numbers and booleans only: no "3" for 3, no true for 1
+Int = Annotated[int, Strict()]
+Bool = Annotated[bool, Strict()]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def _preference(v: str | list[str]) -> str | tuple[str, ...]:
+    if isinstance(v, str):
+        if v not in ("reader", "any"):
+            raise ValueError(f"must be 'reader', 'any' or a list of language codes, got {v!r}")
+        return v
+    if len(set(v)) != len(v):
+        raise ValueError(f"lists a language twice: {v}")
+    return tuple(v)
+
+
+LanguagePreference = Annotated[
+    str | Annotated[list[Lang], Field(min_length=1, max_length=20)],
+    AfterValidator(_preference),
+    Field(
+        description="which language version of a parallel group leads its hit: 'reader' (the query's language, "
+        "default), 'any' (the retriever's best version), or languages in order of preference (e.g. ['de', 'en'])"
+    ),
+]
+
+
+class _Retrieval(_Strict):
+    """Options shared by /search and /answer (``None``: the server's default, see /info)."""
+
+    rerank: Bool | None = Field(None, description="rerank the candidates (default: the server's choice, see /info)")
+    group_candidates: Bool | None = Field(
+        None, description="one candidate per parallel group, in the preferred language (default: the server's choice)"
+    )
+    language_preference: LanguagePreference = "reader"
+    lexical_weight: Annotated[float, Strict()] | None = Field(
+        None,
+        ge=0,
+        le=10,
+        description="hybrid retrieval: cosine + W * BM25 / the query's best BM25; 0: dense only (default: the "
+        "server's, see /info)",
+    )
+
+
+class SearchRequest(_Retrieval):
+    query: Query = Field(..., description="the question, in any language")
+    k: Int = Field(10, ge=1, le=1000, description="number of hits")
+    lang: Lang | None = Field(None, description="query language (ISO 639-1); detected when absent")
+    langs: list[Lang] | None = Field(
+        None, min_length=1, max_length=100, description="restrict to these document languages"
+    )
+    rerank_k: Int | None = Field(None, ge=1, le=100, description="candidates reranked (default: the server's)")
+
+
+class Version(BaseModel):
+    id: str
+    lang: str | None
+
+
+class Hit(BaseModel):
+    id: str
+    score: float = Field(description="the reranker's score for reranked hits, else the retriever's cosine")
+    lang: str | None
+    group: str | None
+    text: str
+    metadata: dict[str, Any] = {}
+    versions: list[Version] = Field(
+        [], description="the other language versions of this hit's group in the index (group-aware candidates)"
+    )
+
+
+class Components(BaseModel):
+    retriever: str
+    reranker: str | None = Field(description="the reranker that ordered the hits, null when none did")
+    candidates: Literal["groups", "documents"]
+    lexical_weight: float | None = Field(None, description="BM25's weight in the retriever's score; null: dense only")
+
+
+class SearchResponse(BaseModel):
+    query_lang: str | None
+    query_lang_detected: bool
+    components: Components
+    hits: list[Hit]
+
+
+def text_or(document: type[BaseModel]):
+    """A document given as its text or as a ``document`` object; an error in a text is reported as
+    ``documents[i].text``, as in an object."""
+    return Annotated[
+        Annotated[Annotated[Text, Field(max_length=MAX_DOCUMENT_CHARS)], Tag("text")]
+        | Annotated[document, Tag("object")],
+        Discriminator(lambda v: "text" if isinstance(v, str) else "object"),
+    ]
+
+
+class RerankDocument(_Strict):
+    id: DocId | None = None
+    text: Annotated[Text, Field(max_length=MAX_DOCUMENT_CHARS)]
+    lang: Lang | None = None
+
+
+class RerankRequest(_Strict):
+    """``POST /rerank``: the configured reranker's score of ``query`` against each of ``documents``.
+
+    No request-level ``lang`` (an early version accepted one and ignored it): the reranker scores each
+    (query, document) pair from the two texts alone, so a declared query language could change neither a
+    score nor the order, and the languages a response reports are the documents' own (a document object's
+    ``lang``, else detected). Unknown fields are refused, so a client still sending it gets a 422 naming
+    the field (``lang: Extra inputs are not permitted``) instead of an option that silently does nothing.
+    """
+
+    query: Query = Field(...)
+    documents: list[text_or(RerankDocument)] = Field(
+        ..., min_length=1, max_length=MAX_DOCUMENTS, description="texts, or {id?, text, lang?} objects"
+    )
+    top_n: Int | None = Field(None, ge=1, le=MAX_DOCUMENTS)
+    return_documents: Bool = False
+
+    def normalised_documents(self) -> list[RerankDocument]:
+        return [RerankDocument(text=d) if isinstance(d, str) else d for d in self.documents]
+
+
+class RerankResult(BaseModel):
+    index: int
+    id: str | None
+    score: float
+    lang: str | None
+    text: str | None = None
+
+
+class RerankResponse(BaseModel):
+    reranker: str
+    results: list[RerankResult]
+
+
+class AnswerRequest(_Retrieval):
+    query: Query = Field(...)
+    lang: Lang | None = None
+    k: Int = Field(20, ge=1, le=100, description="candidates retrieved")
+    rerank_k: Int | None = Field(
+        None, ge=1, le=100, description="candidates reranked (<= k; default: the server's, capped at k)"
+    )
+    passages: Int = Field(2, ge=1, le=10, description="passages given to the generator")
+    max_tokens: Int = Field(48, ge=1, le=512, description="tokens generated at most; passages x max_tokens is capped")
+    stream: Bool = Field(
+        False,
+        description="answer with server-sent events: 'passages' (the cited passages, as soon as retrieval is done), "
+        "'token' (each piece of the answer as it is generated), then 'done' (this response, with timing) or "
+        "'error' (the error body)",
+    )
+
+    @model_validator(mode="after")
+    def _bounds(self):
+        if self.rerank_k is not None and self.rerank_k > self.k:
+            raise ValueError(f"rerank_k ({self.rerank_k}) must be <= k ({self.k})")
+        return self
+
+
+class CitedPassage(BaseModel):
+    id: str
+    lang: str | None
+    group: str | None
+    score: float
+    text: str
+    versions: list[Version] = []
+
+
+class AnswerResponse(BaseModel):
+    answer: str | None
+    answer_lang: str | None
+    query_lang: str | None
+    generator: str
+    components: Components
+    passages: list[CitedPassage]
+    citations: list[str] = Field(
+        [], description="ids of the passages the answer was taken from (the ones that hold it, or its longest part)"
+    )
+
+
+class AnswerPassagesEvent(BaseModel):
+    """A streamed answer's first event: what the generator was given, before it starts."""
+
+    query_lang: str | None
+    generator: str
+    components: Components
+    passages: list[CitedPassage]
+
+
+class AnswerTokenEvent(BaseModel):
+    text: str = Field(description="the next piece of the answer (the pieces joined and stripped are the answer)")
+
+
+class AnswerTiming(BaseModel):
+    retrieval_ms: float = Field(description="from the start of the request's work (body parsed) to the passages")
+    first_token_ms: float | None = Field(description="to the first piece of the answer (null: none came)")
+    total_ms: float
+
+
+class AnswerDoneEvent(AnswerResponse):
+    """A streamed answer's last event: the non-streaming response, and when things happened."""
+
+    timing: AnswerTiming
+
+
+class LabelledQueryIn(_Strict):
+    query: Query = Field(...)
+    lang: Lang | None = None
+    relevant: list[DocId] = Field(..., min_length=1, max_length=1000)
+
+
+class DiagnoseRequest(_Retrieval):
+    queries: list[LabelledQueryIn] | None = Field(None, min_length=1, max_length=MAX_DIAGNOSE_QUERIES)
+    dataset: Literal["xquad"] | None = None
+    split: Literal["train", "test", "all"] = "test"
+    pair: str | None = Field(
+        None,
+        pattern=r"^\s*[A-Za-z]{2}-[A-Za-z]{2}\s*$",
+        description=f"e.g. 'en-zh': queries in both languages, pool = the index; XQuAD has {', '.join(XQUAD_LANGS)}",
+    )
+    k: Int | None = Field(None, ge=1, le=10000, description="ranking depth (default: the whole index, up to 10000)")
+    rerank: Bool | None = Field(
+        None, description="rerank each list's head as /search does (default: what /search does by default, see /info)"
+    )
+    rerank_k: Int | None = Field(None, ge=1, le=100, description="candidates reranked (default: the server's)")
+
+    @model_validator(mode="after")
+    def _one_source(self):
+        if (self.queries is None) == (self.dataset is None):
+            raise ValueError("give either 'queries' or 'dataset' (with 'pair'), not both or neither")
+        if self.dataset is not None:
+            if not self.pair or self.pair.count("-") != 1:
+                raise ValueError("'pair' is required with 'dataset', as two language codes like 'en-zh'")
+            codes = [c.strip().lower() for c in self.pair.split("-")]
+            missing = [c for c in codes if c not in XQUAD_LANGS]
+            if missing:
+                raise ValueError(
+                    f"pair: XQuAD has no {', '.join(repr(c) for c in missing)}; its languages are "
+                    f"{', '.join(XQUAD_LANGS)}"
+                )
+            if codes[0] == codes[1]:
+                raise ValueError(f"pair: two different languages, got {self.pair!r}")
+            self.pair = "-".join(codes)
+        return self
+
+
+class QueryDiagnosis(BaseModel):
+    query: str
+    lang: str | None
+    ranks: dict[str, int | None]
+    max_r: int | None
+    max_r_norm: float | None
+    comp_at_10: bool
+    top1_id: str | None
+    top1_lang: str | None
+    censored: bool = Field(description="a relevant document lies beyond the ranking depth k")
+
+
+class Aggregate(BaseModel):
+    queries: int
+    mean_max_r: float | None
+    max_r_norm: float | None
+    comp_at_10: float
+    same_lang_top1: float | None
+    censored: int
+
+
+class DiagnoseResponse(BaseModel):
+    pool_size: int
+    k: int
+    reranker: str | None
+    components: Components
+    aggregate: Aggregate
+    per_query_lang: dict[str, Aggregate]
+    top1_lang_matrix: dict[str, dict[str, float]]
+    queries: list[QueryDiagnosis]
+
+
+class ErrorResponse(BaseModel):
+    error: str
+    detail: str
+    request_id: str | None = None
+    passages: list[CitedPassage] | None = None

@@ -1,0 +1,185 @@
+"""What a server runs, loaded once: the encoder, the index, the reranker, the generator and the
+language identifier, joined into the :class:`~samelang.service.pipeline.Pipeline` (with micro-batching
+in front of the models), and ``/info``'s account of them. Apart from the HTTP app so that the
+evaluation and the bench load exactly what ``samelang serve`` loads."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+
+import faiss
+
+from samelang.core.models.generation import LlamaCppGenerator, NoGenerator, OpenAIGenerator
+from samelang.core.models.reranker import CosineReranker, CrossEncoderReranker
+from samelang.core.resources import LoadLedger, rss_mb
+from samelang.indexes.corpora import XQUAD_LANGS
+from samelang.indexes.index import OpenIndex, open_index
+from samelang.indexes.langid import get_identifier
+from samelang.indexes.vectors import set_search_threads
+from samelang.service import registry
+from samelang.service.api import protocol as P
+from samelang.service.api.prometheus import Metrics
+from samelang.service.batching import micro_batched
+from samelang.service.config import ServiceSettings
+from samelang.service.limits import Limits
+from samelang.service.pipeline import Pipeline
+from samelang.service.registry import SERVED_DEFAULTS
+from samelang.service.results import SearchParams
+
+log = logging.getLogger("samelang")
+
+
+@dataclass
+class Components:
+    pipeline: Pipeline
+    info: dict = field(default_factory=dict)
+
+
+def load_components(cfg: ServiceSettings) -> Components:
+    """Load encoder, index, reranker, generator and language identifier (slow; once)."""
+
+    device = cfg.torch_device()
+    t0, start_rss = time.perf_counter(), rss_mb()
+    ledger = LoadLedger()
+    options = cfg.engine_options()
+    with ledger.measure("encoder"):
+        model = cfg.model or registry.default_biencoder(cfg.home)
+        encoder = registry.open_encoder(model, device=device, home=cfg.home, options=options)
+    with ledger.measure("index"):
+        set_search_threads(cfg.search_threads)  # why 1: see Settings.search_threads
+        path = cfg.index or registry.default_index_path(cfg)
+        index: OpenIndex = open_index(path, encoder.info, use_gpu=cfg.use_gpu_index, uri=cfg.milvus_uri)
+        if getattr(index, "lexical", None) is not None:
+            encoder.analyzer  # noqa: B018  (built here, so that its cost is the index's, not a first request's)
+    reranker_path = registry.default_reranker(cfg.reranker, cfg.home)
+    with ledger.measure("reranker"):
+        reranker = (
+            CrossEncoderReranker(
+                reranker_path, device=device, max_length=cfg.reranker_max_length, home=cfg.home, options=options
+            )
+            if reranker_path
+            else CosineReranker(encoder)
+        )
+    with ledger.measure("generator"):
+        if cfg.generator == "llamacpp":
+            gguf = cfg.generator_model or registry.default_generator_path(cfg.home)
+            generator = LlamaCppGenerator(gguf, threads=cfg.threads, n_ctx=cfg.generator_ctx)
+        elif cfg.generator == "openai":
+            generator = OpenAIGenerator(
+                cfg.openai_url, cfg.openai_model, cfg.openai_api_key, cfg.openai_timeout, cfg.openai_retries
+            )
+        else:
+            generator = NoGenerator()
+    with ledger.measure("language_id"):
+        langid = get_identifier(tuple(x.strip() for x in cfg.detect_langs.split(",") if x.strip()))
+    limits = Limits.of(cfg)
+    pipeline = Pipeline(
+        encoder, index, reranker, generator, langid, limits, SearchParams(cfg.ef_search, cfg.nprobe),
+        cfg.pipeline_defaults(),
+    )  # fmt: skip
+    if pipeline.defaults.lexical_weight and pipeline.lexical is None:
+        log.warning(
+            "the index at %s has no lexical (BM25) half for this model: serving dense retrieval, not the hybrid "
+            "default (lexical weight %g); rebuild it with `samelang index build` to serve the measured default",
+            index.path, pipeline.defaults.lexical_weight,
+        )  # fmt: skip
+    info = {
+        "load_seconds": round(time.perf_counter() - t0, 2),
+        "memory": {"before_load_rss_mb": start_rss, **ledger.report()},
+    }
+    return Components(pipeline, info)
+
+
+def micro_batching(pipeline: Pipeline, cfg: ServiceSettings, metrics: Metrics) -> tuple[Pipeline, list]:
+    """``pipeline`` with concurrent queries and rerank pairs gathered by micro-batchers built from
+    this app's ``cfg`` and reporting to this app's ``metrics``, and those batchers (closed when the
+    app stops). The batchers belong to the app, not to the models it shares with other apps."""
+    if not cfg.micro_batching:
+        return pipeline, []
+
+    def on_batch(model: str, n_inputs: int, n_requests: int) -> None:
+        metrics.batch.labels(model).observe(n_inputs)
+        metrics.batch_requests.labels(model).observe(n_requests)
+
+    return micro_batched(pipeline, cfg.batch_wait_ms, cfg.max_batch_items, on_batch)
+
+
+def _faiss_build() -> str:
+    """The faiss build the process loaded (e.g. ``1.13.2 OPTIMIZE AVX512``): its loader tries the
+    most specialised build first, and speed numbers depend on which one it settled on."""
+
+    return f"{faiss.__version__} {faiss.get_compile_options()}"
+
+
+def fusion_parts(enc) -> dict:
+    """A fused retriever's components (:mod:`samelang.core.models.fused`): its two models and its knobs."""
+    return {"same_language_model": enc.same.name, "cross_language_model": enc.cross.name, **asdict(enc.fusion)}
+
+
+def measured_defaults() -> dict | None:
+    """What ``models/serving.json`` says of the measured default: its row, the rule that chose it,
+    its score per collection shape on the test articles and what it is good and bad at."""
+
+    if not SERVED_DEFAULTS.exists():
+        return None
+    data = json.loads(SERVED_DEFAULTS.read_text())
+    keep = ("chosen", "rule", "good_at", "bad_at", "command")
+    return {**{k: data[k] for k in keep if k in data}, "test": data.get("test", {}).get(data.get("chosen"))}
+
+
+def describe(pipeline: Pipeline, cfg: ServiceSettings) -> dict:
+    """What ``/info`` reports: models, index manifest, generator, limits."""
+    enc, index, reranker, generator = pipeline.encoder, pipeline.index, pipeline.reranker, pipeline.generator
+    rerank_engine = getattr(reranker, "engine", None)
+    return {
+        "encoder": {
+            "name": enc.name,
+            "path": str(enc.path),
+            "fingerprint": enc.fingerprint,
+            "dim": enc.dim,
+            **enc.engine.describe(),
+        },
+        "reranker": {
+            "name": reranker.name,
+            "kind": reranker.kind,
+            **(rerank_engine.describe() if rerank_engine else {}),
+        },
+        "defaults": {
+            **pipeline.components(),
+            "reranks_by_default": pipeline.defaults.rerank,
+            **({"fusion": fusion_parts(enc)} if getattr(enc, "fusion", None) else {}),
+            "measured": measured_defaults(),
+        },
+        "micro_batching": {
+            "enabled": cfg.micro_batching,
+            "wait_ms": cfg.batch_wait_ms,
+            "max_items": cfg.max_batch_items,
+        },
+        "generator": {"name": generator.name},
+        "index": {
+            **index.manifest,
+            "path": str(index.path),
+            "generation": index.generation,
+            "on_gpu": index.on_gpu,
+            "store": index.store.kind,
+            "faiss": _faiss_build(),
+        },  # fmt: skip
+        "audit": {  # what GET /audit offers: XQuAD pairs of languages the index holds
+            "xquad_langs": [x for x in XQUAD_LANGS if index.manifest.get("counts_per_lang", {}).get(x)],
+        },
+        "limits": {
+            "k": 1000,
+            "query_chars": P.MAX_QUERY_CHARS,
+            "rerank_documents": pipeline.limits.max_rerank_documents,
+            "document_chars": pipeline.limits.max_document_chars,
+            "diagnose_queries": pipeline.limits.max_diagnose_queries,
+            "rerank_pairs": pipeline.limits.max_rerank_pairs,
+            "answer_tokens": pipeline.limits.max_answer_tokens,
+            "embedding_inputs": pipeline.limits.max_embedding_inputs,
+            "request_timeout_s": cfg.request_timeout_s,
+            "body_bytes": cfg.max_body_bytes,
+        },
+    }

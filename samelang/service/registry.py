@@ -1,0 +1,183 @@
+"""Which models and index the service uses when none is configured."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from samelang.core.models.base_model import ensure_base_model
+from samelang.core.models.encoder import Encoder
+from samelang.core.models.folder import is_adapter, model_fingerprint
+from samelang.core.models.fused import FusedEncoder, FusionConfig, fused_fingerprint, is_fused_folder, joined_tag
+from samelang.core.models.gemma_checkpoint import generator_gguf
+from samelang.core.models.onnx_export import precision_variant
+from samelang.core.models.precision import resolve
+from samelang.core.paths import REPO_MODELS
+from samelang.indexes.corpora import check_langs, load_xquad
+from samelang.indexes.generations import IndexNotFound, read_index_manifest
+from samelang.indexes.stores import MILVUS_SCHEMA, StoreSpec
+from samelang.indexes.writes import build_index
+
+ALIGNED_BIENCODER = REPO_MODELS / "e5-small-aligned"
+LAMAR_RERANKER = REPO_MODELS / "lamar-e5-small"
+COSINE = "cosine"  # --reranker cosine: rerank by the served bi-encoder's cosine
+BASE = "base"  # the converted multilingual-e5-small
+# the served row of `samelang eval pipeline`, written by `samelang eval pipeline --card`
+SERVED_DEFAULTS = REPO_MODELS / "serving.json"
+
+
+@dataclass(frozen=True)
+class ServedDefaults:
+    """What ``samelang serve`` runs when no flag says otherwise: the pipeline row that won the
+    end-to-end evaluation (reader-gold nDCG@1 on the 12-language pool, ties: lower latency).
+    Models are named by their folder under ``models/`` or ``base``; ``reranker`` is ``none``,
+    ``cosine`` or a cross-encoder folder name."""
+
+    retriever: str = BASE
+    reranker: str = "none"
+    candidates: str = "groups"
+    rerank_k: int = 20
+    lexical_weight: float = 0.0  # BM25's weight in hybrid retrieval (0: dense only)
+
+    @property
+    def rerank(self) -> bool:
+        return self.reranker != "none"
+
+
+def served_defaults(path: Path = SERVED_DEFAULTS) -> ServedDefaults:
+    """The measured defaults; without the file, the base model with group-aware candidates and no
+    reranker (the simplest pipeline, which every other must beat to be served)."""
+    if not Path(path).exists():
+        return ServedDefaults()
+    d = json.loads(Path(path).read_text())["served"]
+    return ServedDefaults(
+        d["retriever"], d["reranker"], d["candidates"], int(d.get("rerank_k", 20)), float(d.get("lexical_weight", 0.0))
+    )
+
+
+def resolve_model(name: str, home: Path) -> Path:
+    """``base`` -> the converted base model; another name -> ``models/<name>``; a path -> itself."""
+    if name == BASE:
+        return ensure_base_model(home)
+    if (REPO_MODELS / name).is_dir():
+        return REPO_MODELS / name
+    return Path(name)
+
+
+def open_encoder(path: str | Path, device: str = "cpu", home: Path | None = None, options=None):
+    """The bi-encoder of a model folder: an :class:`Encoder`, or for a fused retriever's folder
+    (``fused.json``, :mod:`samelang.core.models.fused`) a :class:`FusedEncoder` over its two parts."""
+    if not is_fused_folder(path):
+        return Encoder(path, device=device, home=home, options=options)
+    if home is None:
+        raise ValueError(f"{path} is a fused retriever: its parts are found under the home folder, pass home")
+    parts = [Encoder(p, device=device, home=home, options=options) for p in model_parts(path, home)]
+    return FusedEncoder(Path(path), *parts, FusionConfig.read(Path(path)))
+
+
+def served_fingerprint(model: Path, home: Path) -> str:
+    """:func:`model_fingerprint`, also for a fused retriever's folder (from its parts; no weights read)."""
+    if not is_fused_folder(model):
+        return model_fingerprint(model)
+    return fused_fingerprint(*(model_fingerprint(p) for p in model_parts(model, home)))
+
+
+def model_parts(model: str | Path, home: Path) -> list[Path]:
+    """The weight folders behind a bi-encoder folder: itself, or a fused retriever's two models."""
+    if not is_fused_folder(model):
+        return [Path(model)]
+    cfg = FusionConfig.read(Path(model))
+    return [resolve_model(p, home) for p in (cfg.same, cfg.cross)]
+
+
+def default_weights(home: Path) -> Path:
+    """The served bi-encoder's weights, for what measures one model (engine speed, precision, the
+    reranker evaluation's candidates): the served folder, or a fused retriever's same-language model."""
+    return model_parts(default_biencoder(home), home)[0]
+
+
+def default_biencoder(home: Path) -> Path:
+    """The served bi-encoder: the retriever of the measured defaults (``models/serving.json``)."""
+    ensure_base_model(home)
+    return resolve_model(served_defaults().retriever, home)
+
+
+def default_reranker(choice: str | Path | None, home: Path | None = None) -> Path | None:
+    """The cross-encoder that ``/rerank`` (and reranking, when on) uses: ``choice`` when it names a
+    folder, ``None`` (bi-encoder cosine) for ``cosine``; unset: the measured defaults' cross-encoder,
+    else ``None``."""
+    if choice is not None and str(choice) != "":
+        return None if str(choice).lower() == COSINE else Path(choice)
+    name = served_defaults().reranker
+    if name in ("none", COSINE):
+        return None
+    return resolve_model(name, home) if home is not None else REPO_MODELS / name
+
+
+def default_cross_encoder() -> Path | None:
+    """The cross-encoder that evaluations and benchmarks of "the reranker" use: the served one when
+    the measured defaults serve one, else the LAMAR reranker the repository ships (if any)."""
+    return default_reranker(None) or (LAMAR_RERANKER if is_adapter(LAMAR_RERANKER) else None)
+
+
+def default_generator_path(home: Path) -> Path:
+    """The embedded generator's GGUF (raises, naming ``samelang models prepare --generator``, if absent)."""
+    return generator_gguf(home)
+
+
+def demo_index_path(home: Path, langs: str, fingerprint: str, variant: str = "fp32", store: str = "faiss",
+                    uri: str | None = None) -> Path:  # fmt: skip
+    """Where the demo index of one encoder at one precision variant lives (an int8 index holds int8
+    passage vectors: another index, so that what is served does not depend on what ran before); one
+    whose vectors are in Milvus is another folder again, one per Milvus (``uri``)."""
+    tag = "" if variant == "fp32" else f"-{variant}"
+    if store != "faiss":
+        where = StoreSpec(store, uri).resolved_uri() or ""
+        tag += f"-{store}-{hashlib.sha256(where.encode()).hexdigest()[:8]}"
+    return Path(home) / "indexes" / f"xquad-{'-'.join(check_langs(langs))}-{fingerprint[:12]}{tag}"
+
+
+def default_index_path(cfg) -> Path:
+    """The demo index of the served encoder at the precision it runs here (cheap: no weights read)."""
+
+    model = Path(cfg.model or default_biencoder(cfg.home))
+    parts = model_parts(model, cfg.home)
+    variants = [precision_variant(resolve(cfg.engine_options(), cfg.torch_device(), p).precision) for p in parts]
+    variant = joined_tag(variants)
+    return demo_index_path(cfg.home, cfg.demo_langs, served_fingerprint(model, cfg.home), variant, cfg.store,
+                           cfg.milvus_uri)  # fmt: skip
+
+
+def demo_index_ready(path: Path) -> bool:
+    """Whether the demo index at ``path`` is built, with its lexical (BM25) half (and, in Milvus, with
+    the collection schema of this version)."""
+
+    try:
+        manifest = read_index_manifest(path)
+    except IndexNotFound:
+        return False
+    store = manifest.get("store") or {"kind": "faiss"}
+    return bool(manifest.get("lexical")) and (store["kind"] != "milvus" or store.get("schema") == MILVUS_SCHEMA)
+
+
+def ensure_demo_index(home: Path, langs: str, encoder, log=print, embed=None, store=None) -> Path:
+    """Build (once) the bundled demo index: all 240 XQuAD paragraphs per language (``embed``: the
+    passages' vectors when the caller has them already, by the same encoder; ``store``: a
+    :class:`~samelang.indexes.stores.StoreSpec`, FAISS by default)."""
+
+    store = store or StoreSpec()
+    variant = getattr(encoder, "cache_tag", "fp32")
+    out = demo_index_path(home, langs, encoder.fingerprint, variant, store.kind, store.uri)
+    if demo_index_ready(out):
+        return out
+    if out.exists():
+        log(f"samelang: the demo index at {out} predates this version (its BM25 half or Milvus schema): rebuilding it")
+    docs = load_xquad(langs, split="all").documents()
+    log(f"samelang: building the demo index ({len(docs)} XQuAD paragraphs, {langs}) into {out} ...")
+    build_index(
+        out, docs, embed or encoder.encode_passages, encoder.info, source=f"xquad:{langs}:all",
+        analyzer=encoder.analyzer, store=store,
+    )  # fmt: skip
+    return out

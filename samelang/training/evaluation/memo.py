@@ -1,0 +1,86 @@
+"""What the pipeline evaluations share to stay fast and honest: an encoder whose vectors are computed
+once per text (the pipeline calls it exactly as it calls the encoder), a cross-encoder whose scores are
+kept on disk, and percentile-bootstrap intervals of a metric's mean."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from pathlib import Path
+
+import numpy as np
+
+from samelang.indexes.atomic import atomic_write_bytes
+
+
+def bootstrap_ci(values: np.ndarray, n: int = 1000, seed: int = 0) -> tuple[float, float]:
+    """95% percentile bootstrap interval of the mean (in the values' units)."""
+    v = np.asarray(values, dtype=np.float64)
+    if v.size == 0:
+        return (float("nan"), float("nan"))
+    rng = np.random.default_rng(seed)
+    means = v[rng.integers(0, v.size, size=(n, v.size))].mean(axis=1)
+    return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
+
+
+class MemoEncoder:
+    """An encoder whose query and passage vectors are looked up (``known``: ``("query" | "passage",
+    text) -> vector``, computed once, by the same encoder, in batches); a text it does not know is
+    encoded by the model itself. The pipeline calls it exactly as it calls the encoder."""
+
+    def __init__(self, encoder, known: dict[tuple[str, str], np.ndarray]):
+        self._encoder, self._known = encoder, known
+
+    def __getattr__(self, name):
+        return getattr(self._encoder, name)
+
+    def _look(self, kind: str, texts: list[str], encode) -> np.ndarray:
+        missing = [t for t in dict.fromkeys(texts) if (kind, t) not in self._known]
+        if missing:
+            for t, v in zip(missing, encode(missing)):
+                self._known[(kind, t)] = v
+        if not texts:
+            return np.zeros((0, self._encoder.dim), np.float32)
+        return np.stack([self._known[(kind, t)] for t in texts]).astype(np.float32)
+
+    def encode_queries(self, texts: list[str], progress: bool = False) -> np.ndarray:
+        return self._look("query", texts, self._encoder.encode_queries)
+
+    def encode_passages(self, texts: list[str], progress: bool = False) -> np.ndarray:
+        return self._look("passage", texts, self._encoder.encode_passages)
+
+
+class CachedReranker:
+    """A cross-encoder whose (query, document) scores are kept on disk under its fingerprint,
+    precision and :data:`SCORE_CACHE_VERSION`; misses are scored by the model itself."""
+
+    def __init__(self, reranker, cache_file: Path | None):
+        self._reranker, self.cache_file = reranker, cache_file
+        self.name, self.kind = reranker.name, reranker.kind
+        self._scores: dict[str, float] = {}
+        self.scored = 0
+        if cache_file and Path(cache_file).exists():
+            z = np.load(cache_file)
+            self._scores = dict(zip(z["keys"].tolist(), z["values"].tolist()))
+
+    @staticmethod
+    def _key(query: str, doc: str) -> str:
+        return hashlib.sha256(f"{query}\0{doc}".encode()).hexdigest()[:32]
+
+    def score(self, query: str, documents: list[str]) -> np.ndarray:
+        keys = [self._key(query, d) for d in documents]
+        todo = [i for i, k in enumerate(keys) if k not in self._scores]
+        if todo:
+            s = self._reranker.score(query, [documents[i] for i in todo])
+            for i, v in zip(todo, np.asarray(s, dtype=np.float64).reshape(-1)):
+                self._scores[keys[i]] = float(v)
+            self.scored += len(todo)
+        return np.array([self._scores[k] for k in keys], dtype=np.float64)
+
+    def save(self) -> None:
+        if not self.cache_file or not self._scores:
+            return
+
+        buf = io.BytesIO()
+        np.savez(buf, keys=np.array(list(self._scores)), values=np.array(list(self._scores.values())))
+        atomic_write_bytes(self.cache_file, buf.getvalue())

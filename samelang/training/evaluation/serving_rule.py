@@ -1,0 +1,163 @@
+"""The serving rule over the collection shapes and what it writes: each row's primary metric per shape,
+the chosen row (the best mean, never more than a point below the base model's dense row on any shape;
+within ``TIE`` points the simpler row), the tables, and ``models/serving.json``."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from samelang.indexes.atomic import atomic_write_text
+from samelang.indexes.corpora import XQUAD_LANGS
+from samelang.service.registry import REPO_MODELS
+
+SHAPES = ("parallel", "partial", "one", "mono")
+PRIMARY = {"parallel": "ndcg_at_1", "partial": "found_at_1", "one": "found_at_1", "mono": "ndcg_at_10"}
+TIE = 0.05  # serving rule: means within this many points are equal (then the simpler row)
+
+
+@dataclass(frozen=True)
+class ShapeRow:
+    """One served configuration: a retriever (a model folder's name), BM25's weight, candidates."""
+
+    retriever: str
+    lexical: float = 0.0
+    candidates: str = "groups"
+
+    @property
+    def name(self) -> str:
+        hybrid = f" + BM25 (w={self.lexical:g})" if self.lexical else ""
+        return f"{self.retriever}{hybrid} -> {self.candidates}"
+
+    @property
+    def served(self) -> dict:
+        return {"retriever": self.retriever, "reranker": "none", "candidates": self.candidates, "rerank_k": 20,
+                "lexical_weight": self.lexical}  # fmt: skip
+
+
+def primary(result: dict, shapes=SHAPES) -> dict[str, float]:
+    return {s: result[s][PRIMARY[s]]["mean"] for s in shapes}
+
+
+def serving_rule(results: dict, baseline: ShapeRow, shapes=SHAPES) -> tuple[ShapeRow, dict]:
+    """The row to serve: the best mean of the shapes' primary metrics among the rows that no shape
+    puts more than 1 point below ``baseline`` (the base model, dense); means within :data:`TIE`
+    points are equal, and then the simpler row wins (dense before hybrid, then one model before two).
+    Returns the row and, per row, its mean and the shapes that disqualify it."""
+    base = primary(results[baseline], shapes)
+    verdict = {}
+    for row, res in results.items():
+        p = primary(res, shapes)
+        below = [s for s in shapes if p[s] < base[s] - 1.0]
+        verdict[row] = {"mean": float(np.mean(list(p.values()))), "below_base": below}
+    ok = [r for r in results if not verdict[r]["below_base"]] or [baseline]
+    top = max(verdict[r]["mean"] for r in ok)
+    tied = [r for r in ok if verdict[r]["mean"] >= top - TIE]
+    return min(tied, key=lambda r: (r.lexical > 0, _models(r), -verdict[r]["mean"])), verdict
+
+
+def _models(row: ShapeRow) -> int:
+    """How many bi-encoders a row runs (a fused retriever's folder names two)."""
+
+    return 2 if (REPO_MODELS / row.retriever / "fused.json").exists() else 1
+
+
+def markdown(results: dict, chosen: ShapeRow | None, split: str, http: dict | None = None) -> str:
+    """One table per shape (every metric with its interval), then the primary metrics side by
+    side (:func:`primary_table`), then per-language tables of each shape's primary metric."""
+    lines = []
+    shapes = list(next(iter(results.values())))
+    for shape in shapes:
+        metrics = [m for m in next(iter(results.values()))[shape] if m != "seconds"]
+        lines += [f"**{shape}** ({split} articles)", "", "| row | " + " | ".join(f"{m} [95% CI] (n)" for m in metrics)
+                  + " |", "|---|" + "---|" * len(metrics)]  # fmt: skip
+        for row, res in results.items():
+            cells = [f"{res[shape][m]['mean']:.1f} [{res[shape][m]['ci95'][0]:.1f}, {res[shape][m]['ci95'][1]:.1f}]"
+                     f" ({res[shape][m]['n']})" for m in metrics]  # fmt: skip
+            mark = " **served**" if row == chosen else ""
+            lines.append(f"| {row.name}{mark} | " + " | ".join(cells) + " |")
+        if http and shape in http:
+            h = http[shape]
+            lines.append("| served, through HTTP `POST /search` | " + " | ".join(
+                f"{h[m]['mean']:.1f} [{h[m]['ci95'][0]:.1f}, {h[m]['ci95'][1]:.1f}] ({h[m]['n']})" for m in metrics)
+                + " |")  # fmt: skip
+        lines.append("")
+    lines += primary_table(results, chosen) + [""]
+    for shape in shapes:
+        m = PRIMARY[shape]
+        extra = ["cross_at_1"] if shape == "partial" else []
+        for metric in [m, *extra]:
+            lines += ["", f"{shape} {metric} per query language:", "",
+                      "| row | " + " | ".join(XQUAD_LANGS) + " |", "|---|" + "---|" * len(XQUAD_LANGS)]  # fmt: skip
+            for row, res in results.items():
+                per = res[shape][metric]["per_lang"]
+                lines.append(f"| {row.name} | " + " | ".join("-" if per[x] is None else f"{per[x]:.1f}"
+                                                              for x in XQUAD_LANGS) + " |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def primary_table(results: dict, chosen: ShapeRow | None) -> list[str]:
+    """The shapes' primary metrics side by side, their mean, and the shapes that put a row more
+    than 1 point below the first row (the base model, dense): what the serving rule reads."""
+    rows = list(results)
+    shapes = list(results[rows[0]])
+    verdict = serving_rule(results, rows[0], tuple(shapes))[1]
+    lines = ["Primary metrics (the serving rule: best mean, no shape > 1 point below the base model dense):", "",
+             "| row | " + " | ".join(f"{s} {PRIMARY[s]}" for s in shapes) + " | mean | below base |",
+             "|---|" + "---|" * (len(shapes) + 2)]  # fmt: skip
+    for row in rows:
+        p, v = primary(results[row], shapes), verdict[row]
+        mark = " **served**" if row == chosen else ""
+        cells = " | ".join(f"{p[s]:.1f}" for s in shapes)
+        lines.append(f"| {row.name}{mark} | {cells} | {v['mean']:.2f} | {', '.join(v['below_base']) or '-'} |")
+    return lines
+
+
+def to_json(results: dict) -> list[dict]:
+    return [{"row": r.name, **r.served, "shapes": res} for r, res in results.items()]
+
+
+def strengths(results: dict, chosen: ShapeRow) -> dict[str, list[str]]:
+    """What the chosen row is good and bad at, from a split's tables: each shape's primary metric
+    against the best row's (within 1 point: good), and partial translations' reader@1 / cross@1."""
+    mine = primary(results[chosen])
+    good, bad = [], []
+    for shape, value in mine.items():
+        best_row = max(results, key=lambda r: primary(results[r])[shape])
+        best = primary(results[best_row])[shape]
+        text = f"{shape} {PRIMARY[shape]} {value:.1f}"
+        if value >= best - 1.0:
+            good.append(text + (f" (best of the rows: {best:.1f})" if best_row != chosen else " (best of the rows)"))
+        else:
+            bad.append(text + f" ({best_row.name} gets {best:.1f})")
+    if "partial" in results[chosen]:
+        p = results[chosen]["partial"]
+        note = (f"partial translations: the reader's own version first {p['reader_at_1']['mean']:.1f}%, the answer "
+                f"found first when it exists only in other languages {p['cross_at_1']['mean']:.1f}%")  # fmt: skip
+        (good if p["cross_at_1"]["mean"] >= 50 else bad).append(note)
+    return {"good_at": good, "bad_at": bad}
+
+
+def write_serving(path: Path, chosen: ShapeRow, train: dict, test: dict, verdict: dict, command: str) -> None:
+    """``models/serving.json``: the served row, the rule, and the tables behind it (train: the
+    choice; test: the report)."""
+
+    def table(results):
+        return {r.name: {s: round(v, 2) for s, v in primary(res).items()} for r, res in results.items()}
+
+    data = {
+        "served": chosen.served,
+        "rule": "best mean of the shapes' primary metrics (parallel reader-gold nDCG@1, partial found@1, one found@1, "
+        "Mono-Same nDCG@10) on the train-article shapes, among rows no shape puts more than 1 point below the base "
+        f"model dense; means within {TIE} points tie to the simpler row",
+        "chosen": chosen.name,
+        "train": table(train),
+        "train_verdict": {r.name: v for r, v in verdict.items()},
+        "test": table(test),
+        **strengths(test, chosen),
+        "command": command,
+    }
+    atomic_write_text(path, json.dumps(data, indent=2) + "\n")

@@ -1,0 +1,245 @@
+"""What every trainer here shares: seeds, torchrun/DDP set-up, device and precision,
+the warm-up + linear-decay schedule, checkpoints that resume, and the atomic final save."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import random
+import shutil
+import time
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import torch
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from samelang.core.models import folder
+from samelang.indexes.atomic import atomic_dir, atomic_write_bytes
+
+# the modules LoRA adapts in both trainers (every linear layer of the BERT encoder)
+LORA_TARGETS = ["query", "key", "value", "attention.output.dense", "intermediate.dense", "output.dense"]
+# options that change how a run is carried out, not the model it produces: left out of reproduce commands
+OPERATIONAL = ("resume", "device", "eval_every", "save_every", "home")
+
+
+class TrainerArgs(BaseSettings):
+    """The options every trainer shares (each trainer's class adds its own).
+
+    Declared once here: ``samelang train ...`` derives its flags, the ``SAMELANG_TRAIN_*``
+    variables and the model card's reproduce command from these fields
+    (:mod:`samelang.core.options`)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="SAMELANG_TRAIN_", extra="ignore", env_ignore_empty=True, validate_by_name=True
+    )
+
+    out: Path = Field(description="Output folder (adapter or full model); checkpoints go in OUT/checkpoints.")
+    epochs: float = Field(1.0, gt=0, description="Passes over the training instances.")
+    max_steps: int | None = Field(None, ge=1, description="Stop after this many optimiser steps.")
+    batch_size: int = Field(16, ge=1, description="Instances per step and process.")
+    lr: float = Field(2e-4, gt=0, description="Peak learning rate (AdamW).")
+    warmup: float = Field(0.1, ge=0, le=1, description="Share of the steps spent warming up the learning rate.")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
+    full: bool = Field(False, description="Full fine-tune instead of LoRA.")
+    lora_r: int = Field(16, ge=1, description="LoRA rank.")
+    lora_alpha: int = Field(32, ge=1, description="LoRA alpha (scale = alpha / r).")
+    lora_dropout: float = Field(0.05, ge=0, lt=1, description="LoRA dropout.")
+    max_length: int = Field(256, ge=8, le=512, description="Tokens per input (longer ones are truncated).")
+    precision: Literal["auto", "bf16", "fp32"] = Field(
+        "auto", description="Training precision; auto: bf16 autocast on GPU, fp32 on CPU."
+    )
+    seed: int = Field(0, description="Seed of data order, sampling and new weights.")
+    dev_n_articles: int = Field(3, ge=0, description="Train articles held out as the dev slice.")
+    eval_every: int = Field(50, ge=1, description="Evaluate on the dev slice every N steps.")
+    save_every: int = Field(100, ge=1, description="Checkpoint every N steps.")
+    resume: bool = Field(True, description="Resume from the latest checkpoint in OUT.")
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Training device.")
+    home: Path | None = Field(
+        None, validation_alias="SAMELANG_HOME", description="Cache of the converted base model and teacher scores."
+    )
+
+    def saved(self) -> dict:
+        """The options as ``training_args.json`` keeps them (JSON types; not the machine's cache folder)."""
+        return self.model_dump(mode="json", exclude={"home"})
+
+
+def seed_all(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def dist() -> tuple[int, int, int]:
+    """(rank, world size, local rank) under torchrun, else (0, 1, 0)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1 and not torch.distributed.is_initialized():
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        torch.distributed.init_process_group(backend)
+    return int(os.environ.get("RANK", "0")), world, int(os.environ.get("LOCAL_RANK", "0"))
+
+
+def device_for(name: str, local_rank: int) -> torch.device:
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    return torch.device(f"cuda:{local_rank}" if name == "cuda" else "cpu")
+
+
+def autocast(device: torch.device, precision: str):
+    # CPU autocast to bf16 makes the backward pass ~30x slower here (measured): bf16 only on GPU by default
+    use_bf16 = precision == "bf16" or (precision == "auto" and device.type == "cuda")
+    if not use_bf16:
+        return torch.autocast(device.type, enabled=False)
+    return torch.autocast(device.type, dtype=torch.bfloat16)
+
+
+def cached_array(path: Path, compute) -> np.ndarray:
+    """``np.load(path)`` when it exists, else ``compute()`` saved atomically to ``path`` (``.npy``):
+    the disk cache of teacher scores and of evaluation scores."""
+
+    path = Path(path)
+    if path.exists():
+        return np.load(path)
+    out = compute()
+    buf = io.BytesIO()
+    np.save(buf, out)
+    atomic_write_bytes(path, buf.getvalue())
+    return out
+
+
+def warmup_linear(total: int, warmup: float):
+    """LambdaLR factor: linear warm-up over ``warmup * total`` steps, then linear decay to 0."""
+    warm = int(warmup * total)
+    return lambda s: (s + 1) / max(1, warm) if s < warm else max(0.0, (total - s) / max(1, total - warm))
+
+
+def latest_checkpoint(out: Path) -> Path | None:
+    ckpts = sorted((out / "checkpoints").glob("step-*"), key=lambda p: int(p.name.split("-")[1]))
+    return ckpts[-1] if ckpts else None
+
+
+def save_checkpoint(out: Path, step: int, module, opt, sched, history, keep: tuple[str, ...] = ("lora_",)) -> None:
+    """Trainable weights (the parameters whose names hold ``keep``, or all), optimiser, schedule, RNGs."""
+    state = module.state_dict()
+    trainable = {k: v for k, v in state.items() if any(m in k for m in keep)} or state
+    with atomic_dir(out / "checkpoints" / f"step-{step:06d}") as tmp:
+        torch.save(
+            {
+                "model": trainable, "optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "step": step,
+                "history": history, "torch_rng": torch.get_rng_state(), "py_rng": random.getstate(),
+            },
+            tmp / "state.pt",
+        )  # fmt: skip
+    for old in sorted((out / "checkpoints").glob("step-*"))[:-2]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def load_checkpoint(ckpt: Path, module, opt, sched, device) -> tuple[int, list]:
+    """Restore what ``save_checkpoint`` wrote; returns (step, history)."""
+    state = torch.load(ckpt / "state.pt", map_location=device, weights_only=False)
+    module.load_state_dict(state["model"], strict=False)
+    opt.load_state_dict(state["optimizer"])
+    sched.load_state_dict(state["scheduler"])
+    torch.set_rng_state(state["torch_rng"])
+    random.setstate(state["py_rng"])
+    return state["step"], state["history"]
+
+
+def sha256_files(path: Path, names: tuple[str, ...]) -> str:
+    h = hashlib.sha256()
+    for n in names:
+        f = path / n
+        if f.exists():
+            h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def replace_contents(src: Path, dst: Path) -> None:
+    """Move every entry of ``src`` into ``dst`` (each one an atomic rename), then drop ``src``."""
+    for item in src.iterdir():
+        target = dst / item.name
+        if target.is_dir():
+            shutil.rmtree(target)
+        os.replace(item, target)
+    src.rmdir()
+
+
+def setup(module, args, total: int, device, local_rank: int, world: int, log=print):
+    """AdamW over the trainable parameters, warm-up + linear decay, DDP when ``world > 1``, and
+    the latest checkpoint in ``args.out`` restored when ``args.resume``.
+
+    Returns ``(fwd, params, opt, sched, step, history)``; ``fwd`` is the module to call (DDP-wrapped)."""
+    module.train()
+    params = [p for p in module.parameters() if p.requires_grad]
+    fwd = module
+    if world > 1:
+        fwd = torch.nn.parallel.DistributedDataParallel(
+            module, device_ids=[local_rank] if device.type == "cuda" else None
+        )
+    opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=args.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_linear(total, args.warmup))
+    step, history = 0, []
+    ckpt = latest_checkpoint(args.out) if args.resume else None
+    if ckpt is not None:
+        step, history = load_checkpoint(ckpt, module, opt, sched, device)
+        log(f"resumed from {ckpt} at step {step}")
+    return fwd, params, opt, sched, step, history
+
+
+def optimiser_step(parts: dict, params, opt, sched, step: int) -> dict:
+    """Backward on ``parts["loss"]``, clip to norm 1, step; returns the step's record for the history."""
+    opt.zero_grad(set_to_none=True)
+    parts["loss"].backward()
+    torch.nn.utils.clip_grad_norm_(params, 1.0)
+    opt.step()
+    sched.step()
+    return {"step": step, **{k: float(v.item()) for k, v in parts.items()}, "lr": sched.get_last_lr()[0]}
+
+
+def write_run_files(
+    final: Path, args, base: str, history: list, seconds: float, world: int, counts: dict, kind: str,
+    weights: tuple[str, ...],
+) -> dict:  # fmt: skip
+    """The run record (the arguments, the resolved base, counts, timing), the step history and the
+    manifest (checksums: what the service's model fingerprint reads) in ``final``; the file names
+    are the model folder's (:mod:`samelang.core.models.folder`)."""
+
+    base_manifest = folder.read_manifest(base) or {}
+    training_args = {
+        **args.saved(),
+        "base_resolved": base_manifest.get("upstream", base),
+        **counts,
+        "world_size": world,
+        "train_seconds": round(seconds, 1),
+        "torch": torch.__version__,
+    }
+    (final / folder.TRAINING_ARGS).write_text(json.dumps(training_args, indent=2))
+    (final / folder.HISTORY).write_text(json.dumps(history))
+    adapter = folder.is_adapter(final)
+    manifest = {
+        "name": args.out.name,
+        "kind": kind,
+        "base": "multilingual-e5-small",
+        "source_sha256": base_manifest.get("source_sha256"),
+        ("adapter_sha256" if adapter else "weights_sha256"): sha256_files(final, weights),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    folder.write_manifest(final, manifest)
+    return training_args
+
+
+def finish_adapter_config(final: Path) -> tuple[str, ...]:
+    """Name the base in a saved adapter's config as people know it (the path was machine-local) and
+    write ``target_modules`` sorted (peft keeps a set: its order, hence the checksum, varied between
+    runs). Returns the files the adapter checksum covers."""
+
+    cfg = folder.read_adapter_config(final)
+    cfg["base_model_name_or_path"] = "intfloat/multilingual-e5-small (converted by `samelang models prepare`)"
+    if isinstance(cfg.get("target_modules"), list):
+        cfg["target_modules"] = sorted(cfg["target_modules"])
+    folder.write_adapter_config(final, cfg)
+    return (folder.ADAPTER_WEIGHTS, folder.ADAPTER_CONFIG)

