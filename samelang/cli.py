@@ -14,7 +14,6 @@ import sys
 
 import typer
 
-from samelang.bench.cli import bench
 from samelang.service.cli import index_app, models_app, serve
 
 SERVICE_COMMANDS = ("serve", "index", "models")
@@ -32,6 +31,7 @@ def build_app(full: bool = True) -> typer.Typer:
     app.add_typer(index_app, name="index")
     app.command("serve")(serve)
     if full:
+        from samelang.bench.cli import bench  # deferred: keeps the bench (faiss, numpy) out of start-up
         from samelang.training.cli import eval_app, train_app  # deferred: keeps torch out of start-up
 
         app.add_typer(train_app, name="train")

@@ -104,13 +104,13 @@ async def run_load(
     }  # fmt: skip
 
 
-def load(*args, server_pid: int | None = None, **kwargs) -> dict:
-    """`run_load` (same arguments) for callers without an event loop; with `server_pid` (a local server)
-    the row also holds the CPU time per request of the server (all its threads) and of this load generator, which
-    says whether a throughput is bound by the cores (CPU per request x req/s = the cores in use) or by
-    waiting."""
+def load(base_url: str, path: str, payloads: list[dict], *, server_pid: int | None = None, **options) -> dict:
+    """`run_load` for callers without an event loop (``options``: its ``concurrency``, ``requests``,
+    ``timeout`` and ``headers``); with `server_pid` (a local server) the row also holds the CPU time
+    per request of the server (all its threads) and of this load generator, which says whether a
+    throughput is bound by the cores (CPU per request x req/s = the cores in use) or by waiting."""
     server0, client0 = process_cpu_s(server_pid), _self_cpu_s()
-    row = asyncio.run(run_load(*args, **kwargs))
+    row = asyncio.run(run_load(base_url, path, payloads, **options))
     requests = row["requests"]
     server1, client1 = process_cpu_s(server_pid), _self_cpu_s()
     if server0 is not None and server1 is not None:
@@ -132,7 +132,6 @@ def process_cpu_s(pid: int | None) -> float | None:
 
 
 def _self_cpu_s() -> float:
-
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
 

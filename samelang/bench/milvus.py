@@ -42,7 +42,6 @@ from samelang.indexes.stores import MilvusStore
 
 
 def _milvus_row(x, q, truth, k, target, kind: str, folder: Path, progress: bool) -> dict:
-
     folder = folder / kind
     folder.mkdir()
     uri, coll, nlist = str(folder / "bench.db"), f"bench_{kind}", ivf_nlist(len(x))

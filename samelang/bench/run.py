@@ -59,11 +59,10 @@ from samelang.bench.scale_pq import format_pq_table, run_scale_pq
 from samelang.bench.soak import format_soak, soak
 from samelang.bench.stream import bench_stream
 from samelang.core.models.encoder import Encoder
-from samelang.core.models.folder import replace_section
 from samelang.core.models.precision import EngineOptions, cpu_has_bf16, resolve
 from samelang.core.models.reranker import CrossEncoderReranker
 from samelang.core.paths import PERFORMANCE_DOC
-from samelang.indexes.atomic import atomic_dir
+from samelang.indexes.atomic import atomic_dir, atomic_write_text
 from samelang.indexes.corpora import XQUAD_LANGS, load_xquad
 from samelang.indexes.generations import IndexNotFound, current_generation
 from samelang.indexes.index import open_index
@@ -75,7 +74,6 @@ from samelang.service.registry import default_cross_encoder, default_weights, de
 
 # ------------------------------------------------------------------------------------------ sections
 def bench_embed(cfg: BenchConfig) -> str:
-
     home = cfg.home
     path = default_weights(home)
     n = 8 if cfg.tiny else 64 if cfg.quick else 160
@@ -114,7 +112,6 @@ def bench_embed(cfg: BenchConfig) -> str:
 
 
 def bench_rerank(cfg: BenchConfig) -> str:
-
     path = default_cross_encoder()
     if path is None:
         return "(no cross-encoder in models/: skipped)"
@@ -149,7 +146,6 @@ def bench_rerank(cfg: BenchConfig) -> str:
 
 
 def bench_http(cfg: BenchConfig) -> str:
-
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, **({"SAMELANG_HOME": str(cfg.home)} if cfg.home else {})}
@@ -265,7 +261,6 @@ class Built:
 
 
 def bench_build(cfg: BenchConfig) -> Built:
-
     langs = ["en"] if cfg.tiny else ["en", "zh"] if cfg.quick else list(XQUAD_LANGS)
     # tiny: a slice, so the demo index (all 240 paragraphs per language) is not written from it
     docs = load_xquad(langs, split="test").documents()[:24] if cfg.tiny else load_xquad(langs, split="all").documents()
@@ -298,7 +293,6 @@ def bench_build(cfg: BenchConfig) -> Built:
 
 
 def bench_scale(cfg: BenchConfig, seeds: np.ndarray) -> str:
-
     sizes = (1_000,) if cfg.tiny else (10_000, 100_000) if cfg.quick else (10_000, 100_000, 1_000_000)
     rows = run_scale(seeds, sizes=sizes, n_queries=20 if cfg.tiny else 200, k=10)
     return format_scale_table(rows) + (
@@ -308,7 +302,6 @@ def bench_scale(cfg: BenchConfig, seeds: np.ndarray) -> str:
 
 
 def bench_scale_pq(cfg: BenchConfig, seeds: np.ndarray) -> str:
-
     n = 20_000 if cfg.tiny else 1_000_000 if cfg.quick else 10_000_000
     # tiny: a factory that trains in seconds (PQ refine codes take minutes to train even on 20k vectors)
     tiny = {"factory": "IVF64,PQ16x4fs,Refine(SQ8)", "n_queries": 20, "train_size": 20_000} if cfg.tiny else {}
@@ -321,7 +314,6 @@ def bench_scale_pq(cfg: BenchConfig, seeds: np.ndarray) -> str:
 
 
 def bench_milvus(cfg: BenchConfig, seeds: np.ndarray) -> str:
-
     n = 2_000 if cfg.tiny else 100_000 if cfg.quick else 1_000_000
     rows = run_milvus(seeds, n=n, n_queries=20 if cfg.tiny else 200 if cfg.quick else 100)
     return format_milvus_table(rows) + (
@@ -329,6 +321,10 @@ def bench_milvus(cfg: BenchConfig, seeds: np.ndarray) -> str:
         "embeddings); recall@10 against exact search; latency: one query per call, Milvus through the product's "
         "MilvusStore (samelang/bench/milvus.py). Needs the extra `milvus`."
     )
+
+
+# where the tables a run writes into docs/performance.md end; what follows, up to the next section, is kept
+DOC_END = "<!-- end of the command's tables; the notes below are kept when it runs again -->"
 
 
 def run(cfg: BenchConfig) -> str:
@@ -362,14 +358,28 @@ def run(cfg: BenchConfig) -> str:
 
 
 def doc_heading(cfg: BenchConfig) -> str:
-    """The section of ``docs/performance.md`` a run writes: its own command (pyserini's rule: the
-    command and its numbers together), so that each measured combination keeps its section."""
+    """The heading of the section of ``docs/performance.md`` a run writes: its own command (pyserini's
+    rule: the command and its numbers together), so that each measured combination keeps its section."""
     size = " --tiny" if cfg.tiny else " --quick" if cfg.quick else ""
-    return f"## `samelang bench{size}" + "".join(f" --section {s}" for s in cfg.sections) + "`"
+    default = BenchConfig.__dataclass_fields__["sections"].default
+    sections = "" if cfg.sections == default else "".join(f" --section {s}" for s in cfg.sections)
+    return f"## `samelang bench{size}{sections}`"
 
 
 def write_doc(cfg: BenchConfig, parts: list[str], doc: Path = PERFORMANCE_DOC) -> None:
-    """Replace (or append) this command's section of ``docs/performance.md`` with the run's tables:
-    the machine line (CPU flags), then each section's table under its own heading."""
+    """Write the run's tables (the machine line with the CPU flags, then each section's table) under the
+    line that is exactly this command's heading, up to :data:`DOC_END`: the notes a person wrote after
+    that marker stay. A command without a section gets one at the end of the page."""
     machine = parts[0].split("\n\n", 1)[1]
-    replace_section(doc, doc_heading(cfg), "\n\n".join([machine, *("#" + p for p in parts[1:])]) + "\n")
+    tables = "\n\n".join([machine, *("#" + p for p in parts[1:])])
+    heading = doc_heading(cfg)
+    lines = doc.read_text().split("\n") if doc.exists() else ["# Performance", ""]
+    if heading in lines:
+        start = lines.index(heading)
+        nxt = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+        end = next((i for i in range(start + 1, nxt) if lines[i] == DOC_END), None)
+        kept = lines[end + 1 : nxt] if end is not None else ["", *lines[nxt:nxt]]
+        new = [*lines[:start], heading, "", tables, "", DOC_END, *kept, *lines[nxt:]]
+    else:
+        new = [*lines, *([""] if lines and lines[-1] else []), heading, "", tables, "", DOC_END, ""]
+    atomic_write_text(doc, "\n".join(new))

@@ -32,7 +32,6 @@ def questions(tiny: bool) -> list[str]:
 
 
 def _streamed(client: httpx.Client, body: dict) -> dict:
-
     t0 = time.perf_counter()
     out: dict = {"first_token": None}
     with connect_sse(client, "POST", "/answer", json={**body, "stream": True}) as s:
@@ -95,7 +94,6 @@ def format_stream_table(times: dict[str, list]) -> str:
 
 
 def bench_stream(cfg) -> str:
-
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, **({"SAMELANG_HOME": str(cfg.home)} if cfg.home else {})}

@@ -187,5 +187,5 @@ def reproduce_command(prog: str, options: BaseSettings, *, skip: Iterable[str] =
 
 
 def documented(cls: type[BaseSettings]) -> list[tuple[str, str, str]]:
-    """(flag, env variable, help) of every option: docs/commands.md's option lists come from here."""
+    """(flag, env variable, help) of every option: what ``--help`` prints for each flag comes from here."""
     return [(flag_name(n), env_name(cls, n), option_help(cls, n)) for n in cls.model_fields]

@@ -19,7 +19,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from samelang.core.models.precision import MAX_BATCH_TOKENS, PARALLEL_BATCHES, EngineOptions
 
 
-def _default_home() -> Path:
+def default_home() -> Path:
+    """``~/.cache/samelang``: where converted models, built indexes and caches live unless SAMELANG_HOME says."""
     return Path.home() / ".cache" / "samelang"
 
 
@@ -31,7 +32,7 @@ class Settings(BaseSettings):
         env_prefix="SAMELANG_", extra="ignore", env_ignore_empty=True, validate_by_name=True
     )
 
-    home: Path = Field(default_factory=_default_home, description="cache for converted models and built indexes")
+    home: Path = Field(default_factory=default_home, description="cache for converted models and built indexes")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="torch device for the encoders")
     threads: int | None = Field(
         None, ge=1,

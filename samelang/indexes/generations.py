@@ -19,7 +19,7 @@ lexical (BM25) half (:mod:`samelang.indexes.lexical`): this package knows no mod
 Concurrency. Writers (``build_index``, ``add_documents``) hold an exclusive OS lock on
 ``.DIR.lock`` beside the folder from reading ``CURRENT`` to switching it, so two writers run one
 after the other and neither loses the other's documents (the second waits, and says so). Readers
-(:func:`open_index`, e.g. a running server) hold a shared lock on their generation's ``READERS``
+(:func:`.index.open_index`, e.g. a running server) hold a shared lock on their generation's ``READERS``
 file for as long as the index is open; a writer deletes an old generation only when it can take
 that lock exclusively, i.e. when no reader holds it. A generation left behind is removed by a
 later writer once its readers are gone.
@@ -35,11 +35,21 @@ import shutil
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 FORMAT_VERSION = 1
 CURRENT = "CURRENT"
 READERS = "READERS"  # per generation: readers hold a shared lock on it
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What the index records about the embedding model that built it."""
+
+    name: str
+    fingerprint: str
+    dim: int
 
 
 class IndexError_(RuntimeError):

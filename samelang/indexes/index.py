@@ -22,6 +22,7 @@ from samelang.indexes.generations import (
     AnalyzerMismatch,
     IndexModelMismatch,
     IndexNotFound,
+    ModelInfo,
     current_generation,
     n_rows,
     reader_lock,
@@ -29,15 +30,6 @@ from samelang.indexes.generations import (
 from samelang.indexes.lexical import FOLDER as LEXICAL
 from samelang.indexes.lexical import Analyzer, LexicalIndex
 from samelang.indexes.stores import FaissStore, MilvusStore, VectorStore
-
-
-@dataclass(frozen=True)
-class ModelInfo:
-    """What the index records about the embedding model that built it."""
-
-    name: str
-    fingerprint: str
-    dim: int
 
 
 @dataclass

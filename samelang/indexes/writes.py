@@ -30,6 +30,7 @@ from samelang.indexes.generations import (
     FORMAT_VERSION,
     READERS,
     IndexNotFound,
+    ModelInfo,
     current_generation,
     gen_name,
     gen_number,
@@ -38,7 +39,7 @@ from samelang.indexes.generations import (
     remove_unread_generations,
     writer_lock,
 )
-from samelang.indexes.index import ModelInfo, check_analyzer, check_model, open_index
+from samelang.indexes.index import check_analyzer, check_model, open_index
 from samelang.indexes.lexical import FOLDER as LEXICAL
 from samelang.indexes.lexical import K1, Analyzer, B, LexicalIndex
 from samelang.indexes.stores import MILVUS_SCHEMA, MilvusStore, StoreSpec, milvus_client
@@ -253,7 +254,6 @@ def _upsert(record: dict, vecs: np.ndarray, stored: list[StoredDoc]) -> None:
 
 
 def _lexical_record(name: str) -> dict:
-
     return {"analyzer": name, "scoring": "bm25 (lucene)", "k1": K1, "b": B}
 
 

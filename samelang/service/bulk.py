@@ -21,9 +21,9 @@ from samelang.service.registry import open_encoder
 class EmbedPassages:
     """The callable class of ``map_batches``: one encoder per actor, loaded once."""
 
-    def __init__(self, model: str, home: str | None, precision: str, device: str, threads: int | None):
-        self.encoder = open_encoder(Path(model), device=device, home=Path(home) if home else None,
-                               options=EngineOptions(precision, threads=threads))  # fmt: skip
+    def __init__(self, model: str, home: str, precision: str, device: str, threads: int | None):
+        options = EngineOptions(precision, threads=threads)
+        self.encoder = open_encoder(Path(model), device=device, home=Path(home), options=options)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return {"i": batch["i"], "vector": self.encoder.encode_passages([str(t) for t in batch["text"]])}
@@ -33,7 +33,7 @@ def embed_with_ray(
     texts: list[str],
     model: Path,
     dim: int,
-    home: Path | None = None,
+    home: Path,
     precision: str = "fp32",
     actors: int | None = None,
     batch_size: int = 64,
@@ -52,7 +52,7 @@ def embed_with_ray(
     ds = ray.data.from_items([{"i": i, "text": t} for i, t in enumerate(texts)])
     out = ds.map_batches(
         EmbedPassages,
-        fn_constructor_kwargs={"model": str(model), "home": str(home) if home else None, "precision": precision,
+        fn_constructor_kwargs={"model": str(model), "home": str(home), "precision": precision,
                                "device": "cuda" if gpus else "cpu", "threads": threads},
         batch_size=batch_size, batch_format="numpy", concurrency=actors, num_gpus=1 if gpus else 0,
         num_cpus=0 if gpus else threads,

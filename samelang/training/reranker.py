@@ -34,7 +34,6 @@ from samelang.core.models import folder
 from samelang.core.models.base_model import ensure_base_model
 from samelang.core.models.encoder import Encoder
 from samelang.core.models.model_card import ModelCardData, render_model_card
-from samelang.core.settings import settings
 from samelang.indexes.corpora import XQUAD_LANGS, load_xquad
 from samelang.training import loop
 from samelang.training.data import dev_articles
@@ -83,7 +82,7 @@ class RerankerArgs(loop.TrainerArgs):
 class RerankerModule(torch.nn.Module):
     """Tokeniser + sequence classifier (one logit per (query, document) pair)."""
 
-    def __init__(self, args: RerankerArgs, home: Path | None = None):
+    def __init__(self, args: RerankerArgs, home: Path):
         super().__init__()
         from transformers import (  # deferred: keeps transformers out of start-up
             AutoModelForSequenceClassification,
@@ -130,8 +129,7 @@ class CosineTeacher:
     training pairs: ``T = (cos - mean) / std`` (the student regresses onto a scale of a
     few units, which is what ADR-MSE's sigmoid of score differences works on)."""
 
-    def __init__(self, home: Path | None, device: str):
-
+    def __init__(self, home: Path, device: str):
         self.encoder = Encoder(ensure_base_model(home), device=device, home=home)
 
     def raw(self, queries: list[str], docs: list[str]) -> np.ndarray:
@@ -238,11 +236,11 @@ def dev_eval(module, articles: tuple[int, ...], n_questions: int, langs: tuple[s
 # ----------------------------------------------------------------------------- trainer
 
 
-def train_reranker(args: RerankerArgs, home: Path | None = None, log=print) -> Path:
+def train_reranker(args: RerankerArgs, log=print) -> Path:
     rank, world, local_rank = loop.dist()
     device = loop.device_for(args.device, local_rank)
     loop.seed_all(args.seed)
-    home = settings(home=home).home
+    home = args.home
     langs = tuple(x.strip() for x in args.langs.split(",") if x.strip())
     dev = dev_articles(args.dev_n_articles)
     if args.stage == 1:

@@ -146,14 +146,16 @@ def test_peers_section_runs_infinity_in_its_own_venv(tmp_path, samelang_home):
 
 
 def test_a_run_writes_its_tables_under_its_own_command_in_the_performance_page(tmp_path):
-    """``--doc``: the section is headed by the command, replaced by the next run of that command, and
-    the sections of other commands stay."""
+    """``--doc``: the section is headed by the command, its tables are replaced by the next run of that
+    command while the notes after the marker stay, and the sections of other commands stay too."""
     from samelang.bench.common import BenchConfig
-    from samelang.bench.run import doc_heading, write_doc
+    from samelang.bench.run import DOC_END, doc_heading, write_doc
 
     doc = tmp_path / "performance.md"
-    doc.write_text("# Performance\n\n## `samelang bench --section http`\n\nold http table\n")
     cfg = BenchConfig(sections=("embed", "rerank"), quick=True)
+    head = doc_heading(cfg)
+    other = "## `samelang bench --section http`\n\nhttp\n"
+    doc.write_text(f"# Performance\n\n{head}\n\nold\n\n{DOC_END}\n\nA note.\n\n{other}")
     for n in (1, 2):
         parts = [
             "# samelang bench --quick\n\nMachine: CPU X [avx2]",
@@ -162,6 +164,10 @@ def test_a_run_writes_its_tables_under_its_own_command_in_the_performance_page(t
         ]
         write_doc(cfg, parts, doc)
     text = doc.read_text()
-    assert doc_heading(cfg) == "## `samelang bench --quick --section embed --section rerank`"
-    assert text.count(doc_heading(cfg)) == 1 and "table 2" in text and "table 1" not in text
-    assert "Machine: CPU X [avx2]" in text and "### embed (3 s)" in text and "old http table" in text
+    assert head == "## `samelang bench --quick --section embed --section rerank`"
+    assert text.count(head) == 1 and "table 2" in text and "table 1" not in text and "old" not in text
+    assert text.index("Machine: CPU X [avx2]") < text.index("### embed (3 s)") < text.index(DOC_END)
+    assert text.index(DOC_END) < text.index("A note.") < text.index(other)
+    assert doc_heading(BenchConfig()) == "## `samelang bench`"
+    write_doc(BenchConfig(), parts, doc)  # a command without a section gets one at the end
+    assert doc.read_text().rstrip().endswith(DOC_END) and doc.read_text().count("## `samelang bench`\n") == 1

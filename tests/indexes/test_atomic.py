@@ -21,7 +21,8 @@ import pytest
 
 from samelang.indexes import atomic as A
 from samelang.indexes.corpora import Document
-from samelang.indexes.index import ModelInfo, open_index
+from samelang.indexes.generations import ModelInfo
+from samelang.indexes.index import open_index
 from samelang.indexes.writes import build_index
 
 REPO = Path(__file__).resolve().parents[2]

@@ -96,7 +96,8 @@ def test_the_server_answers_from_onnx_without_torch_and_reports_its_memory(serve
 
 def test_the_service_commands_do_not_import_training_or_torch():
     """``samelang serve`` / ``index`` / ``models`` are joined without ``training`` (which imports
-    torch: ~0.4 GB and ~2 s a server from ONNX never uses); the full help still lists every command."""
+    torch: ~0.4 GB and ~2 s a server from ONNX never uses), and their help starts without faiss,
+    numpy, the bench or the pipeline; the full help still lists every command."""
     import subprocess
 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)}
@@ -104,7 +105,7 @@ def test_the_service_commands_do_not_import_training_or_torch():
                           env=env, cwd=REPO, capture_output=True, text=True, timeout=120)  # fmt: skip
     assert proc.returncode == 0 and "--generator" in proc.stdout, proc.stderr[-2000:]
     imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time")}
-    heavy = {"torch", "samelang.training", "samelang.training.cli"}
+    heavy = {"torch", "faiss", "numpy", "samelang.training", "samelang.bench", "samelang.service.pipeline"}
     assert "samelang.service.cli" in imported and not imported & heavy, sorted(imported)[:50]
     full = subprocess.run([sys.executable, "-m", "samelang", "--help"], env=env, cwd=REPO, capture_output=True,
                           text=True, timeout=120)  # fmt: skip

@@ -17,11 +17,12 @@ from samelang.training.reranker import RerankerArgs, RerankerModule, train_reran
 @pytest.fixture(scope="module")
 def stages(tmp_path_factory, base_model_path, samelang_home):
     root = tmp_path_factory.mktemp("lamar")
-    common = dict(langs="en,zh", batch_size=2, max_steps=2, max_length=48, dev_questions=0, device="cpu")
+    common = dict(langs="en,zh", batch_size=2, max_steps=2, max_length=48, dev_questions=0, device="cpu",
+                  home=samelang_home)  # fmt: skip
     s1 = RerankerArgs(out=root / "stage1", stage=1, n_sampled=1, **common)
-    train_reranker(s1, home=samelang_home, log=lambda *a: None)
+    train_reranker(s1, log=lambda *a: None)
     s2 = RerankerArgs(out=root / "stage2", stage=2, init=str(root / "stage1"), lr=1e-2, **common)
-    train_reranker(s2, home=samelang_home, log=lambda *a: None)
+    train_reranker(s2, log=lambda *a: None)
     return s1, s2
 
 

@@ -12,7 +12,7 @@ from samelang.core.models.engine import engine_for
 from samelang.core.models.folder import model_fingerprint, require_model_folder
 from samelang.core.models.loading import load_model
 from samelang.core.models.precision import EngineOptions
-from samelang.indexes.index import ModelInfo
+from samelang.indexes.generations import ModelInfo
 
 # model_fingerprint belongs to the folder module; it is re-exported for callers that import it with the Encoder
 __all__ = ["Encoder", "load_sentence_transformer", "model_fingerprint"]
@@ -50,7 +50,7 @@ class Encoder:
         self.device, self.home = device, home
         self.name = self.path.name
         self.fingerprint = model_fingerprint(self.path)
-        self.engine = engine_for(self._load, "embed", self.path, home, options, device)
+        self.engine = engine_for(self._load, "embed", self.path, home, options, device, fingerprint=self.fingerprint)
         meta = self.engine.meta
         self.dim = int(meta["dim"])
         self._query_prompt, self._passage_prompt = meta["query_prompt"], meta["passage_prompt"]

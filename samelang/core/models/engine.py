@@ -330,8 +330,9 @@ def cache_dir(home: Path) -> Path:
 
 
 def engine_for(load, kind: str, folder: Path, home: Path, options: EngineOptions | None, device: str, **kw):
-    """The engine of a model folder: keyed on the folder's fingerprint, its exports cached under
-    ``home``; fp32 unless ``options`` say otherwise (the training and evaluation reference)."""
+    """The engine of a model folder: keyed on the folder's fingerprint (``fingerprint=`` when the caller
+    has it already: a folder without a manifest is hashed whole), its exports cached under ``home``;
+    fp32 unless ``options`` say otherwise (the training and evaluation reference)."""
     options = options or EngineOptions(precision="fp32")
-    fingerprint = model_fingerprint(folder)
+    fingerprint = kw.pop("fingerprint", None) or model_fingerprint(folder)
     return InferenceEngine(load, kind, fingerprint, cache_dir(home), options, device=device, model_dir=folder, **kw)

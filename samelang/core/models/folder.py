@@ -144,7 +144,7 @@ LEGACY_CPU = "cpu:x86-avx2"  # the first format's one "cpu" entry was measured o
 def read_inference(path: str | Path | None) -> dict:
     """``inference.json``: ``{"default_precision": {device: precision}, "comparison": {device: rows},
     "note": {device: text}, "fingerprint": ...}`` with ``device`` = ``cuda`` or ``cpu:<class>`` (see
-    :func:`samelang.core.models.engine.cpu_class`); ``{}`` when the folder has none (never measured). A
+    :func:`samelang.core.models.precision.cpu_class`); ``{}`` when the folder has none (never measured). A
     folder without one falls back to the record shipped under ``models/<folder name>/`` when that
     record names the folder's fingerprint (the base model, converted on each machine). The first
     formats (one ``cpu`` entry; a list of rows) read as measured on ``x86-avx2``."""
@@ -203,7 +203,7 @@ def write_card(path: str | Path, text: str) -> None:
 def write_card_section(path: str | Path, heading: str, body: str) -> None:
     """Replace the card's section ``heading`` (a ``## `` line) with ``body``, keeping every other
     section where it is; a missing section is appended, a missing card is started with the folder's
-    name as title. (Replaces ``samelang/training/cli.py``'s ``_write_card_evaluation``.)"""
+    name as title."""
     replace_section(Path(path) / CARD, heading, body)
 
 

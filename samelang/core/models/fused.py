@@ -53,7 +53,7 @@ import numpy as np
 
 from samelang.indexes.atomic import atomic_write_bytes, atomic_write_text
 from samelang.indexes.corpora import XQUAD_LANGS, load_xquad
-from samelang.indexes.index import ModelInfo
+from samelang.indexes.generations import ModelInfo
 
 FUSED_CONFIG = "fused.json"
 CALIBRATION = "calibration.npz"  # both models' vectors of the reference passages (float16)

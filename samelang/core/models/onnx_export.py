@@ -181,7 +181,6 @@ def with_tokens(meta: dict, tokenizer) -> dict:
 
 
 def tokenizer_from_file(path: Path):
-
     return Tokenizer.from_file(str(path))
 
 

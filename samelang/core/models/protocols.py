@@ -9,11 +9,12 @@ wrapper or the evaluation's score cache; and under each, the engine runs one of 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from samelang.indexes.index import ModelInfo
+from samelang.indexes.generations import ModelInfo
 
 
 @runtime_checkable
@@ -35,6 +36,11 @@ class TextEncoder(Protocol):
 
     @property
     def info(self) -> ModelInfo: ...
+
+    @property
+    def analyzer(self) -> tuple[str, Callable[[str], list[str]]]:
+        """(name, function) of the lexical analyzer an index's BM25 half is built and queried with."""
+        ...
 
     def encode_queries(self, texts: list[str], progress: bool = False) -> np.ndarray: ...
 

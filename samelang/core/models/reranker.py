@@ -57,6 +57,7 @@ class CrossEncoderReranker:
             options,
             device,
             max_length=max_length,
+            fingerprint=self.fingerprint,
             activation=sigmoid,  # CrossEncoder.predict's default for one label: scores in (0, 1)
         )
 

@@ -134,7 +134,6 @@ def _router() -> APIRouter:
 
     @r.get("/info", responses=_responses({401: ERRORS[401]}))
     async def info(request: Request):
-
         loaded = request.app.state.components.info
         memory = {**loaded.get("memory", {}), **memory_now()}
         return {**describe(handle(request).pipeline, request.app.state.settings), **loaded, "memory": memory}
@@ -212,7 +211,6 @@ def create_app(cfg: ServiceSettings, components: Components | None = None) -> Fa
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-
         if getattr(app.state, "components", None) is None:
             app.state.components = await run_in_threadpool(load_components, cfg)
             log.info("samelang ready: %d documents", app.state.components.pipeline.index.documents)

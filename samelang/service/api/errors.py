@@ -28,7 +28,6 @@ class AsciiJSONResponse(JSONResponse):
     never fail to encode (a lone surrogate would, in UTF-8)."""
 
     def render(self, content) -> bytes:
-
         return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode("ascii")
 
 

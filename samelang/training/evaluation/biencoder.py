@@ -214,7 +214,6 @@ class BiencoderEvaluation:
     model folder; owns the table, the results folder and the model cards' section."""
 
     def __init__(self, options: BiencoderEvalOptions):
-
         self.options = options
         self.cfg = settings(home=options.home)
 
@@ -270,7 +269,6 @@ class BiencoderAblation:
         self.options, self.log = options, log
 
     def train_missing(self) -> dict[str, dict]:
-
         from samelang.training.biencoder import (  # deferred: keeps torch out of start-up
             BiencoderArgs,
             train_biencoder,

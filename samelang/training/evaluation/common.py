@@ -14,6 +14,7 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from samelang.core.settings import default_home
 from samelang.indexes.atomic import atomic_write_bytes, atomic_write_text
 
 
@@ -25,8 +26,10 @@ class EvalOptions(BaseSettings):
     )
 
     out: Path = Field(Path("runs/eval"), description="Folder for results.json, results.md (and figures).")
-    home: Path | None = Field(
-        None, validation_alias="SAMELANG_HOME", description="Cache of converted models, embeddings and scores."
+    home: Path = Field(
+        default_factory=default_home,
+        validation_alias="SAMELANG_HOME",
+        description="Cache of converted models, embeddings and scores (default ~/.cache/samelang).",
     )
 
 

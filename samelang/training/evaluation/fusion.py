@@ -26,7 +26,6 @@ from samelang.core.models.base_model import ensure_base_model
 from samelang.core.models.encoder import Encoder
 from samelang.core.models.folder import read_training_args
 from samelang.core.options import StrList
-from samelang.core.settings import settings
 from samelang.indexes.atomic import atomic_write_text
 from samelang.indexes.corpora import XQUAD_LANGS, load_split, load_xquad
 from samelang.indexes.lexical import LexicalIndex, fuse
@@ -40,7 +39,6 @@ WEIGHTS = (0.0, 0.02, 0.04, 0.06, 0.08, 0.1, 0.12, 0.15, 0.2, 0.3)
 
 
 def fusion_file() -> Path:
-
     return REPO_MODELS / "fusion.json"
 
 
@@ -125,8 +123,7 @@ class FusionTuning:
                 "articles": list(articles), "tuned_on": why, "model_fingerprint": enc.fingerprint}  # fmt: skip
 
     def run(self) -> Report:
-
-        home = settings(home=self.options.home).home
+        home = self.options.home
         results = {}
         for item in self.options.retriever:
             name, _, path = item.partition("=")

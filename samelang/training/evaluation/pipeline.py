@@ -61,7 +61,6 @@ from samelang.core.models.generation import NoGenerator
 from samelang.core.models.precision import EngineOptions
 from samelang.core.models.reranker import CosineReranker, CrossEncoderReranker
 from samelang.core.options import StrList
-from samelang.core.settings import settings
 from samelang.indexes.corpora import XQUAD_LANGS, load_xquad
 from samelang.indexes.index import open_index
 from samelang.indexes.langid import get_identifier
@@ -80,7 +79,7 @@ from samelang.training.evaluation.pipeline_table import (
     best_row,
     cpu_flags,
     markdown,
-    write_readme_section,
+    write_doc_section,
 )
 from samelang.training.evaluation.reranker import score_identity
 
@@ -145,7 +144,6 @@ class PipelineEvaluation:
 
     # -- set-up ---------------------------------------------------------------------------
     def _retriever(self, name: str, path: Path) -> Retriever:
-
         enc = Encoder(path, home=self.home, options=EngineOptions(precision=self.precision))
         emb = embed_xquad(enc, self.home / "cache")
         known = {}
@@ -156,7 +154,6 @@ class PipelineEvaluation:
         return Retriever(name, enc, MemoEncoder(enc, known), index)
 
     def _rerankers(self) -> dict[str, CachedReranker]:
-
         out = {}
         for name, path in self.cross_encoders.items():
             ce = CrossEncoderReranker(path, home=self.home, options=EngineOptions(precision=self.precision))
@@ -168,7 +165,6 @@ class PipelineEvaluation:
         return out
 
     def pipeline(self, r: Retriever, reranker, strategy: str, memo: bool = True, lexical: float = 0.0) -> Pipeline:
-
         enc = r.memo if memo else r.encoder
         if reranker in ("none", "cosine"):
             model = CosineReranker(enc)
@@ -351,7 +347,6 @@ def served_over_http(ev: PipelineEvaluation, retriever: Retriever, rerankers: di
 
 
 def how_text(ev: PipelineEvaluation, minutes: float, card: bool = False) -> str:
-
     return (
         f"XQuAD test articles, pool = all 2,880 paragraphs (240 x 12 languages); rows without a cross-encoder on all "
         f"{ev.n_per_lang} questions per language, every row also on the fixed sample of {len(ev.sample)} "
@@ -420,7 +415,7 @@ def evaluation_from(options: PipelineEvalOptions, log=print) -> PipelineEvaluati
     """The evaluation of the retrievers and cross-encoders the options name (default: the base
     model and every model in ``models/``), aware of what is served now."""
 
-    home = settings(home=options.home).home
+    home = options.home
     base = ensure_base_model(home)
     from samelang.training.evaluation.fusion import tuned_weights  # deferred: keeps torch out of start-up
 
@@ -437,7 +432,7 @@ def evaluation_from(options: PipelineEvalOptions, log=print) -> PipelineEvaluati
     )  # fmt: skip
 
 
-def run_pipeline_evaluation(options: PipelineEvalOptions, readme: Path, log=print) -> Report:
+def run_pipeline_evaluation(options: PipelineEvalOptions, doc: Path, log=print) -> Report:
     """Every row, the best on this pool, the served defaults over HTTP, and (with ``card``) the
     section of ``docs/evaluation.md``; the report also lands in ``options.out``. What is served is
     chosen on every collection shape (``--shapes``, :mod:`.shapes`), not here."""
@@ -467,6 +462,6 @@ def run_pipeline_evaluation(options: PipelineEvalOptions, readme: Path, log=prin
     report = Report(table + "\n\n" + how, data)
     report.write(options.out)
     if options.card:
-        write_readme_section(readme, PIPELINE_SECTION, table, how, chosen, baseline)
-        log(f"table -> {readme} ({PIPELINE_SECTION[3:]})")
+        write_doc_section(doc, PIPELINE_SECTION, table, how, chosen, baseline)
+        log(f"table -> {doc} ({PIPELINE_SECTION[3:]})")
     return report

@@ -113,7 +113,7 @@ def cpu_flags() -> str:
     return f"{cpu_model()} [{' '.join(f for f in wanted if f in flags) or 'no AVX2'}]"
 
 
-def write_readme_section(readme: Path, heading: str, table: str, how: str, chosen: Row, baseline: Row | None) -> None:
+def write_doc_section(doc: Path, heading: str, table: str, how: str, chosen: Row, baseline: Row | None) -> None:
     """Replace (or append) the section of ``docs/evaluation.md`` that details the parallel pool."""
     s = chosen.results["sample"]["ndcg_at_1"]["mean"]
     b = baseline.results["sample"]["ndcg_at_1"]["mean"] if baseline else None
@@ -125,4 +125,4 @@ def write_readme_section(readme: Path, heading: str, table: str, how: str, chose
         "use the weight `samelang eval fusion` tuned on train articles (`models/fusion.json`).\n\n"
         f"{table}\n\n{how}\n"
     )
-    replace_section(readme, heading, body)
+    replace_section(doc, heading, body)

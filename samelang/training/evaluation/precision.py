@@ -182,7 +182,6 @@ class PrecisionEvaluation:
     ``tolerance`` points of fp32 on every metric) and, with ``card``, records it in the model folder."""
 
     def __init__(self, options: PrecisionEvalOptions, log=print):
-
         self.options, self.log, self.cfg = options, log, settings(home=options.home)
         self.device = self.cfg.torch_device()
         self.on_gpu = self.device.startswith("cuda")
@@ -195,7 +194,6 @@ class PrecisionEvaluation:
         self.reranker = Path(chosen) if chosen else None
 
     def _biencoder_rows(self) -> tuple[list[dict], object]:
-
         rows, emb_fp32 = [], None
         for p in self.precisions:
             enc = Encoder(self.biencoder, device=self.device, home=self.cfg.home, options=EngineOptions(precision=p))
@@ -207,7 +205,6 @@ class PrecisionEvaluation:
         return rows, emb_fp32
 
     def _reranker_rows(self, emb_fp32) -> list[dict]:
-
         texts, rows = ev.load_texts(split=SPLIT), []
         for p in self.precisions:
             rr = CrossEncoderReranker(

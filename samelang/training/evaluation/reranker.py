@@ -338,7 +338,6 @@ class RerankerEvaluation:
     table (each model's training settings beside its scores)."""
 
     def __init__(self, options: RerankerEvalOptions):
-
         self.options, self.cfg = options, settings(home=options.home)
         self.models = list(options.model) or [m for m in [default_cross_encoder()] if m is not None]
         if not self.models:
@@ -346,7 +345,6 @@ class RerankerEvaluation:
         self.retriever = Path(options.retriever or default_weights(self.cfg.home))
 
     def _embeddings(self, path: Path) -> Embeddings:
-
         return embed_xquad(Encoder(path, device=self.cfg.torch_device(), home=self.cfg.home), self.cfg.home / "cache")
 
     def scorer(self, reranker, texts: Texts) -> Scorer:
@@ -357,7 +355,6 @@ class RerankerEvaluation:
         return cached_scorer(scorer, self.cfg.home / "cache", score_identity(reranker, self.options.max_length))
 
     def evaluate(self) -> tuple[dict, dict]:
-
         o, emb, results, runs = self.options, self._embeddings(self.retriever), {}, {}
         if o.reference:
             name = f"no reranker ({self.retriever.name} cosine)"

@@ -48,7 +48,6 @@ from samelang.core.models.folder import replace_section
 from samelang.core.models.generation import NoGenerator
 from samelang.core.models.precision import EngineOptions
 from samelang.core.models.reranker import CosineReranker
-from samelang.core.settings import settings
 from samelang.indexes.corpora import XQUAD_LANGS, load_xquad
 from samelang.indexes.corpora.records import Document
 from samelang.indexes.index import open_index
@@ -188,7 +187,6 @@ class ShapeJudge:
     encoders: dict = field(default_factory=dict)  # retriever name -> memoised encoder
 
     def __post_init__(self):
-
         per_lang = {x: A.xquad_queries([x], self.split) for x in XQUAD_LANGS}
         groups = set(pool_groups(self.split, self.max_paragraphs))
         keep = {x: [q for q in per_lang[x] if q.group in groups][: self.max_questions] for x in XQUAD_LANGS}
@@ -205,7 +203,6 @@ class ShapeJudge:
         return self.encoders[name]
 
     def _vectors(self, enc) -> dict[str, np.ndarray]:
-
         parts = [enc.same, enc.cross] if hasattr(enc, "fusion") else [enc]
         known: list[dict[str, np.ndarray]] = []
         for part in parts:
@@ -233,7 +230,6 @@ class ShapeJudge:
         return out
 
     def pipeline(self, row: ShapeRow, shape: str) -> Pipeline:
-
         enc = self.encoder(row.retriever)
         index = open_index(self.index("parallel" if shape == "mono" else shape, enc), enc.info)
         defaults = Defaults(rerank=False, group_candidates=row.candidates == "groups", lexical_weight=row.lexical)
@@ -323,14 +319,14 @@ def default_rows(lexical: dict[str, float]) -> list[ShapeRow]:
     return rows
 
 
-def run_shapes(options, readme: Path | None = None, log=print):
+def run_shapes(options, doc: Path | None = None, log=print):
     """``samelang eval pipeline --shapes``: every row on the train-article shapes (the serving rule
     chooses there), then on the test-article shapes (the report), the chosen row also through HTTP;
     ``--card`` writes ``models/serving.json`` and ``docs/evaluation.md``'s section; ``--tiny``: a
     few paragraphs and questions of each shape, nothing written but the report (seconds)."""
     from samelang.training.evaluation.fusion import tuned_weights  # deferred: keeps torch out of start-up
 
-    home = settings(home=options.home).home
+    home = options.home
     t0 = time.perf_counter()
     tiny = dict(max_paragraphs=3, max_questions=2, memo=False) if options.tiny else {}
     rows = default_rows(tuned_weights())
@@ -361,8 +357,8 @@ def run_shapes(options, readme: Path | None = None, log=print):
     report = Report(table, data)
     report.write(options.out / ("shapes-tiny" if options.tiny else "shapes"))
     if card:
-        if readme is not None:
-            replace_section(readme, SHAPES_SECTION, table + "\n")
+        if doc is not None:
+            replace_section(doc, SHAPES_SECTION, table + "\n")
         card = REPO_MODELS / chosen.retriever / "README.md"
         if (REPO_MODELS / chosen.retriever / "fused.json").exists():  # the served fused retriever's own card
             body = "\n".join(["On the test-article shapes (`samelang eval pipeline --shapes`).", "",
