@@ -11,7 +11,7 @@ from samelang.bench.run import run
 from samelang.core.settings import settings
 
 SECTIONS = ("build", "scale", "embed", "rerank", "http", "memory", "peers", "stream")
-ON_REQUEST = ("soak", "scale-10m", "milvus")  # run only when named
+ON_REQUEST = ("soak", "scale-10m", "milvus", "train")  # run only when named
 
 
 def bench(

@@ -18,6 +18,8 @@ timed in alternation within each repetition, so machine noise hits both alike):
    against ``/search`` and the waited-for ``/answer``, embedded generator (:mod:`samelang.bench.stream`);
 9. ``soak`` (only when asked): 10 minutes of mixed traffic, errors and server RSS drift.
 10. ``scale-10m`` (only when asked): IVF-PQ at 10M vectors, streamed (``samelang/bench/scale_pq.py``).
+11. ``train`` (only when asked): the bi-encoder trainer's steps/s and peak RSS, fp32 against bf16
+    autocast (``samelang/bench/train.py``).
 
 ``tiny`` (``--tiny``) shrinks every section to a handful of inputs and the one-language demo index,
 so that a test can run each section end to end and check its table: it measures nothing.
@@ -58,6 +60,7 @@ from samelang.bench.scale import format_scale_table, run_scale
 from samelang.bench.scale_pq import format_pq_table, run_scale_pq
 from samelang.bench.soak import format_soak, soak
 from samelang.bench.stream import bench_stream
+from samelang.bench.train import format_train_table, run_train
 from samelang.core.models.encoder import Encoder
 from samelang.core.models.precision import EngineOptions, cpu_has_bf16, resolve
 from samelang.core.models.reranker import CrossEncoderReranker
@@ -239,6 +242,17 @@ def bench_memory(cfg: BenchConfig) -> str:
     )
 
 
+def bench_train(cfg: BenchConfig) -> str:
+    steps = 1 if cfg.tiny else 3
+    rows = run_train(Path(cfg.home), steps, tiny=cfg.tiny, log=lambda m: print(m, file=sys.stderr, flush=True))
+    return format_train_table(rows) + (
+        f"\n\nThe bi-encoder recipe (seed 000's objective + target-language queries + hard negatives; LoRA r 16; "
+        f"batch {2 if cfg.tiny else 16}, max length {32 if cfg.tiny else 256}): one step is its 5 forward passes, "
+        f"the backward and AdamW; median of {steps} steps after a warm-up, each configuration in its own process "
+        "(samelang/bench/train.py)."
+    )
+
+
 def bench_soak(cfg: BenchConfig) -> str:
     """``soak_seconds`` of mixed traffic against ``samelang serve`` (loopback): errors and RSS drift."""
 
@@ -335,7 +349,8 @@ def run(cfg: BenchConfig) -> str:
              f"{torch_threads()}; repeats: {cfg.repeats} (medians)."]  # fmt: skip
     seeds = None
     plain = {"embed": bench_embed, "rerank": bench_rerank, "http": bench_http, "memory": bench_memory,
-             "soak": bench_soak, "stream": bench_stream, "peers": lambda c: bench_peers(c, table)}  # fmt: skip
+             "soak": bench_soak, "stream": bench_stream, "peers": lambda c: bench_peers(c, table),
+             "train": bench_train}  # fmt: skip
     on_vectors = {"scale": bench_scale, "milvus": bench_milvus, "scale-10m": bench_scale_pq}  # the build's vectors
     for name in cfg.sections:
         t0 = time.perf_counter()

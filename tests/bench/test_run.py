@@ -60,6 +60,8 @@ TABLES = {
                               "p50 ms", "p95 ms"], ["20,000"]),
     "milvus": ("vectors", ["store", "index", "params", "build s", "disk bytes/vector", "recall@10", "p50 ms",
                            "p95 ms"], ["2,000", "2,000", "2,000", "2,000"]),
+    "train": ("configuration", ["bf16", "s / step", "steps/s", "x vs fp32", "tokens / step", "peak RSS MB"],
+              ["fp32 (the CPU default before)", "auto (bf16 where the CPU has it)", "auto, --lora-dropout 0"]),
 }  # fmt: skip
 
 
@@ -75,8 +77,8 @@ def first_table(text: str) -> list[list[str]]:
 
 
 def test_every_section_runs_at_tiny_sizes_and_prints_its_table(tmp_path, samelang_home):
-    """``samelang bench --tiny`` with every section (soak, scale-10m and milvus included): each prints its table with
-    the README's columns and one row per measurement. One process, as a user runs it; the sizes
+    """``samelang bench --tiny`` with every section (soak, scale-10m, milvus, train included): each prints its table
+    with docs/performance.md's columns and one row per measurement. One process, as a user runs it; the sizes
     are a handful of inputs (1-2 minutes on 2 cores), so the numbers mean nothing here."""
     import subprocess
     import sys
