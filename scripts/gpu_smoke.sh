@@ -35,13 +35,8 @@ else
 fi
 NGPU=$(python -c "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)")
 
-step() {  # step NAME COMMAND...: run, time, record
-  local name=$1 start=$SECONDS
-  shift
-  echo "== $name: $*"
-  "$@"
-  echo "$name $((SECONDS - start)) s" | tee -a "$TIMINGS"
-}
+# shellcheck source=scripts/timed_steps.sh
+source scripts/timed_steps.sh  # step NAME COMMAND...: run, time, record
 
 step models-prepare samelang models prepare
 step train-biencoder samelang train biencoder --out "$OUT/biencoder" --device "$DEVICE" --precision "$PRECISION" \

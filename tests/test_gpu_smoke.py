@@ -1,10 +1,12 @@
-"""``scripts/gpu_smoke.sh`` runs only on a GPU host, so nothing else would notice that it calls a
-flag or subcommand that was renamed: these checks read the script instead of running it (seconds).
+"""``scripts/gpu_smoke.sh`` and ``scripts/gpu_train.sh`` run only on a GPU host, so nothing else would
+notice that they call a flag or subcommand that was renamed: these checks read the scripts instead of
+running them (seconds).
 
 * ``bash -n``: it parses;
 * every ``samelang ...`` it invokes (also ``-m samelang`` under torchrun) names a real subcommand,
   and every ``--flag`` on that command line is one of that subcommand's options (read from the
   click command tree ``samelang`` is built from: the same source as its ``--help``);
+* every ``python scripts/...py`` it runs takes the flags it is given (from its ``--help``);
 * every ``SAMELANG_*`` variable it sets is a service setting;
 * its embedded Python snippets compile and what they import exists."""
 
@@ -22,6 +24,12 @@ import typer
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "gpu_smoke.sh"
+TRAIN = REPO / "scripts" / "gpu_train.sh"
+# what each script must run (a script that stopped calling samelang would pass vacuously)
+CALLS = {
+    SCRIPT: {"models prepare", "train biencoder", "train reranker", "index build", "eval reranker"},
+    TRAIN: {"models prepare", "train biencoder", "train reranker", "eval pipeline"},
+}
 
 
 def logical_lines(text: str) -> list[str]:
@@ -60,21 +68,22 @@ def script() -> str:
     return SCRIPT.read_text()
 
 
-def test_the_script_parses():
+@pytest.mark.parametrize("path", list(CALLS), ids=lambda p: p.name)
+def test_the_script_parses(path):
     bash = shutil.which("bash")
     assert bash, "bash is needed to check the script"
-    proc = subprocess.run([bash, "-n", str(SCRIPT)], capture_output=True, text=True)
+    proc = subprocess.run([bash, "-n", str(path)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
 
 
-def test_every_samelang_subcommand_and_flag_it_calls_exists(script):
+@pytest.mark.parametrize("path", list(CALLS), ids=lambda p: p.name)
+def test_every_samelang_subcommand_and_flag_it_calls_exists(path):
     from samelang.cli import app
 
     root = typer.main.get_command(app)
-    calls = invocations(script)
+    calls = invocations(path.read_text())
     called = {" ".join(words) for words, _ in calls}
-    # the parser sees what the script runs (a script that stopped calling samelang would pass vacuously)
-    assert {"models prepare", "train biencoder", "train reranker", "index build", "eval reranker"} <= called, called
+    assert CALLS[path] <= called, called
     for words, flags in calls:
         cmd = root
         for w in words:  # a group has .commands (typer may bring its own click: no isinstance)
@@ -84,6 +93,18 @@ def test_every_samelang_subcommand_and_flag_it_calls_exists(script):
         options = {o for p in cmd.params for o in (*p.opts, *p.secondary_opts)}
         missing = [f for f in flags if f not in options]
         assert not missing, f"`samelang {' '.join(words)}` has no option {missing}"
+
+
+def test_the_python_scripts_it_runs_take_their_flags():
+    import sys
+
+    lines = [m for line in logical_lines(TRAIN.read_text()) for m in re.finditer(r"python (scripts/\S+\.py)(.*)", line)]
+    assert lines, "gpu_train.sh runs the fused grid"
+    for m in lines:
+        usage = subprocess.run([sys.executable, str(REPO / m.group(1)), "--help"], capture_output=True, text=True)
+        assert usage.returncode == 0, usage.stderr
+        for flag in re.findall(r"(?<!\S)(--[a-z][\w-]*)", m.group(2)):
+            assert flag in usage.stdout, f"{m.group(1)} has no option {flag}"
 
 
 def test_every_samelang_variable_it_sets_is_a_setting(script):

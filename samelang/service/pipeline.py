@@ -152,8 +152,9 @@ class Pipeline:
     def _fused_rows(self, qvec: np.ndarray, k: int, langs, lexical: LexicalQuery | None, qlang: str | None):
         """The ``k`` best rows by the fused retriever's score (:mod:`samelang.core.models.fused`): the
         store's best ``candidate_depth`` rows for ``[q_same*a; q_cross*b]`` and BM25's best as many,
-        each scored by the reader's-language model (base cosine + BM25) when it is in ``qlang``,
-        else by the cross-language model (+ ``cross_offset``), both in z-units of the query's
+        each scored by the reader's-language model (base cosine + BM25, plus ``same_cross_weight``
+        times the cross-language model's) when it is in ``qlang``, else by the cross-language
+        model (+ ``cross_offset``), both in z-units of the query's
         cosines over the calibration sample."""
         enc, f = self.encoder, self.fusion
         depth = min(self.index.size, max(k, f.candidate_depth))
@@ -180,8 +181,9 @@ class Pipeline:
         if lexical is not None:
             same = same + lexical.weight * lexical.scores[rows].astype(np.float64) / max(lexical.top, 1e-9)
         in_reader = self._doc_langs[rows] == qlang if qlang else np.zeros(rows.size, bool)
-        cross = (d_cross @ q_cross - mu_c) / sd_c + self.fusion.cross_offset
-        return np.where(in_reader, (same - mu_s) / sd_s, cross)
+        cross = (d_cross @ q_cross - mu_c) / sd_c
+        f = self.fusion
+        return np.where(in_reader, (same - mu_s) / sd_s + f.same_cross_weight * cross, cross + f.cross_offset)
 
     def _hybrid_rows(self, qvec: np.ndarray, k: int, langs, lexical: LexicalQuery | None, qlang: str | None = None):
         """The ``k`` best rows by the retriever's score: the cosine, or with ``lexical`` the hybrid

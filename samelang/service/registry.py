@@ -9,7 +9,7 @@ from pathlib import Path
 
 from samelang.core.models.base_model import ensure_base_model
 from samelang.core.models.encoder import Encoder
-from samelang.core.models.folder import is_adapter, model_fingerprint
+from samelang.core.models.folder import adapter_saved_modules, is_adapter, model_fingerprint
 from samelang.core.models.fused import FusedEncoder, FusionConfig, fused_fingerprint, is_fused_folder, joined_tag
 from samelang.core.models.gemma_checkpoint import generator_gguf
 from samelang.core.models.onnx_export import precision_variant
@@ -114,6 +114,12 @@ def default_reranker(choice: str | Path | None, home: Path | None = None) -> Pat
     if name in ("none", COSINE):
         return None
     return resolve_model(name, home) if home is not None else REPO_MODELS / name
+
+
+def shipped_biencoders() -> list[Path]:
+    """The trained bi-encoders the repository ships (``models/*``: LoRA adapters that save no head
+    of their own, unlike a cross-encoder's ``classifier``), by name; the judge rows every one."""
+    return sorted(p for p in REPO_MODELS.iterdir() if is_adapter(p) and not adapter_saved_modules(p))
 
 
 def default_cross_encoder() -> Path | None:

@@ -198,6 +198,7 @@ def train_biencoder(args: BiencoderArgs, log=print) -> Path:
     t0 = time.perf_counter()
     bar = tqdm(total=total, initial=step, desc=f"train biencoder ({args.loss})", disable=rank != 0)
     while step < total:
+        started = time.perf_counter()
         epoch, pos = divmod(step, steps_per_epoch)
         batches = epoch_batches(epoch)  # the count can differ by one or two between epochs: wrap
         batch = [triplets[i] for i in batches[(pos * world + rank) % len(batches)]]
@@ -205,9 +206,9 @@ def train_biencoder(args: BiencoderArgs, log=print) -> Path:
         with loop.autocast(device, args.precision):
             parts = compute_loss(fwd, args.loss, batch, jsd, nce, abatch, args.target_queries, args.hard_negatives)
         step += 1
-        rec = loop.optimiser_step(parts, params, opt, sched, step)
+        rec = loop.optimiser_step(parts, params, opt, sched, step, started)
         bar.update(1)
-        bar.set_postfix({k: f"{v:.4f}" for k, v in rec.items() if k not in ("step", "lr")})
+        bar.set_postfix({k: f"{v:.4f}" for k, v in rec.items() if k not in ("step", "lr", "seconds")})
         if rank == 0 and dev and (step % args.eval_every == 0 or step == total):
             with loop.autocast(device, args.precision):
                 rec["dev"] = dev_eval(module, device, dev_langs, dev)
@@ -239,7 +240,7 @@ def _save_final(args: BiencoderArgs, module, base: str, history, seconds: float,
         module.model.save_pretrained(final)
         weights = loop.finish_adapter_config(final)
     kind = "lora-adapter" if not args.full else "full"
-    counts = {"n_triplets": n_triplets}
+    counts = {"n_triplets": n_triplets, "steps": len(history)}
     training_args = loop.write_run_files(final, args, base, history, seconds, world, counts, kind, weights)
     loop.replace_contents(final, args.out)
     folder.write_card(args.out, model_card(args, training_args, None))
@@ -261,7 +262,8 @@ def model_card(args: BiencoderArgs, training_args: dict, eval_markdown: str | No
             f"articles. Loss: `{args.loss}`. {kind}.",
             usage="Load it with `samelang` (it finds the base model itself).",
             reproduce=[reproduce_command(args)],
-            trained=f"Trained on {training_args['n_triplets']} triplets in {training_args['train_seconds']:.0f} s "
+            trained=f"Trained on {training_args['n_triplets']} triplets, {training_args.get('steps', '?')} steps x "
+            f"{args.batch_size}, in {loop.timing_line(training_args)} "
             f"(world size {training_args['world_size']}, torch {training_args['torch']}).",
             eval_command="samelang eval biencoder --model <this folder> --card",
             evaluation=eval_markdown,

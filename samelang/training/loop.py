@@ -19,7 +19,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from samelang.core.models import folder
-from samelang.core.models.precision import cpu_has_bf16
+from samelang.core.models.precision import cpu_has_bf16, cpu_summary
 from samelang.core.settings import default_home
 from samelang.indexes.atomic import atomic_dir, atomic_write_bytes
 
@@ -203,14 +203,39 @@ def setup(module, args, total: int, device, local_rank: int, world: int, log=pri
     return fwd, params, opt, sched, step, history
 
 
-def optimiser_step(parts: dict, params, opt, sched, step: int) -> dict:
-    """Backward on ``parts["loss"]``, clip to norm 1, step; returns the step's record for the history."""
+def optimiser_step(parts: dict, params, opt, sched, step: int, started: float | None = None) -> dict:
+    """Backward on ``parts["loss"]``, clip to norm 1, step; returns the step's record for the history
+    (with ``started``, the ``time.perf_counter()`` before the step's forward: its wall seconds, which
+    the checkpoints carry, so a run resumed on another machine still knows its whole training time)."""
     opt.zero_grad(set_to_none=True)
     parts["loss"].backward()
     torch.nn.utils.clip_grad_norm_(params, 1.0)
     opt.step()
     sched.step()
-    return {"step": step, **{k: float(v.item()) for k, v in parts.items()}, "lr": sched.get_last_lr()[0]}
+    rec = {"step": step, **{k: float(v.item()) for k, v in parts.items()}, "lr": sched.get_last_lr()[0]}
+    if started is not None:
+        rec["seconds"] = round(time.perf_counter() - started, 3)
+    return rec
+
+
+def run_timing(history: list, seconds: float) -> dict:
+    """The training time of a run that may have been resumed (each step's ``seconds`` in the history;
+    steps recorded before steps were timed count at the median of the timed ones, and are counted),
+    its steps/s, and the CPU or GPU it ran on. ``seconds``: this process's wall time, the total when
+    no step is timed."""
+
+    timed = [h["seconds"] for h in history if "seconds" in h]
+    untimed = len(history) - len(timed)
+    if timed:
+        total = sum(timed) + untimed * float(np.median(timed))
+    else:
+        total = seconds
+    where = torch.cuda.get_device_name(0) if torch.cuda.is_available() else cpu_summary()
+    out = {"train_seconds": round(total, 1), "steps_per_s": round(len(history) / max(total, 1e-9), 4),
+           "trained_on": where}  # fmt: skip
+    if timed and untimed:
+        out["untimed_steps"] = untimed  # their time is the timed steps' median
+    return out
 
 
 def write_run_files(
@@ -227,7 +252,7 @@ def write_run_files(
         "base_resolved": base_manifest.get("upstream", base),
         **counts,
         "world_size": world,
-        "train_seconds": round(seconds, 1),
+        **run_timing(history, seconds),
         "torch": torch.__version__,
     }
     (final / folder.TRAINING_ARGS).write_text(json.dumps(training_args, indent=2))
@@ -243,6 +268,19 @@ def write_run_files(
     }
     folder.write_manifest(final, manifest)
     return training_args
+
+
+def timing_line(training_args: dict) -> str:
+    """The model card's words for :func:`run_timing`: time, steps/s and where."""
+    t = training_args
+    rate = f", {t['steps_per_s']:.3f} steps/s" if t.get("steps_per_s") else ""
+    where = f" on {t['trained_on']}" if t.get("trained_on") else ""
+    est = (
+        f" ({t['untimed_steps']} steps before timing was recorded counted at the median)"
+        if t.get("untimed_steps")
+        else ""
+    )
+    return f"{t['train_seconds']:.0f} s{rate}{where}{est}"
 
 
 def finish_adapter_config(final: Path) -> tuple[str, ...]:

@@ -18,7 +18,6 @@ progress bar, a dev slice of the train articles, checkpoints with resume, fixed 
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import time
 from pathlib import Path
@@ -32,7 +31,6 @@ from tqdm.auto import tqdm
 from samelang.core import options
 from samelang.core.models import folder
 from samelang.core.models.base_model import ensure_base_model
-from samelang.core.models.encoder import Encoder
 from samelang.core.models.model_card import ModelCardData, render_model_card
 from samelang.indexes.corpora import XQUAD_LANGS, load_xquad
 from samelang.training import loop
@@ -43,7 +41,9 @@ from samelang.training.reranker_data import (
     DistillInstance,
     build_coherence_groups,
     build_distill_instances,
+    retrieved_negatives,
 )
+from samelang.training.teachers import teacher_scores
 
 HEAD_MODULES = ["classifier", "pooler"]  # new in a converted bi-encoder: trained in full, saved with the adapter
 GROUP_LABELS = (1.0, 1.0, 0.0, 0.0)
@@ -58,7 +58,14 @@ class RerankerArgs(loop.TrainerArgs):
     )
     teacher: str = Field(
         "cosine",
-        description="Stage 1 teacher: 'cosine' (the base bi-encoder's English cosine) or a CrossEncoder folder.",
+        description="Stage 1 teacher: 'cosine' (the base bi-encoder's English cosine), a fused retriever's folder "
+        "name or path (its hybrid score of the English pair) or a CrossEncoder folder.",
+    )
+    negatives: str = Field(
+        "article",
+        description="Stage 2 negatives: 'article' (another paragraph of the question's article) or a retriever "
+        "(a models/ folder name or 'base'): the best-ranked wrong paragraphs it returns on the train-article "
+        "partial-translation and parallel pools.",
     )
     langs: str = Field(",".join(XQUAD_LANGS), description="Languages (en required).")
     n_sampled: int = Field(3, ge=1, description="Stage 1: documents sampled from other examples per question, round.")
@@ -119,69 +126,6 @@ class RerankerModule(torch.nn.Module):
             queries, docs, padding=True, truncation="only_second", max_length=self.max_length, return_tensors="pt"
         ).to(device)
         return self.model(**batch).logits.view(-1).float()
-
-
-# ----------------------------------------------------------------------------- teacher
-
-
-class CosineTeacher:
-    """The base bi-encoder's English cosine ``cos(q_en, d_en)``, standardised over the
-    training pairs: ``T = (cos - mean) / std`` (the student regresses onto a scale of a
-    few units, which is what ADR-MSE's sigmoid of score differences works on)."""
-
-    def __init__(self, home: Path, device: str):
-        self.encoder = Encoder(ensure_base_model(home), device=device, home=home)
-
-    def raw(self, queries: list[str], docs: list[str]) -> np.ndarray:
-        uq, ud = sorted(set(queries)), sorted(set(docs))
-        Q = dict(zip(uq, self.encoder.encode_queries(uq), strict=True))
-        D = dict(zip(ud, self.encoder.encode_passages(ud), strict=True))
-        return np.array([float(Q[q] @ D[d]) for q, d in zip(queries, docs, strict=True)], dtype=np.float32)
-
-    def __call__(self, queries: list[str], docs: list[str]) -> np.ndarray:
-        s = self.raw(queries, docs)
-        return (s - s.mean()) / max(float(s.std()), 1e-6)
-
-
-class CrossEncoderTeacher:
-    """Any CrossEncoder checkpoint (e.g. BAAI/bge-reranker-v2-m3 on a GPU host): raw logits."""
-
-    def __init__(self, path: str, device: str, max_length: int):
-        from sentence_transformers import CrossEncoder  # deferred: keeps sentence_transformers out of start-up
-
-        self.model = CrossEncoder(path, device=device, max_length=max_length, num_labels=1)
-
-    def __call__(self, queries: list[str], docs: list[str]) -> np.ndarray:
-        out = self.model.predict(
-            list(zip(queries, docs, strict=True)), batch_size=32, activation_fn=torch.nn.Identity(),
-            convert_to_numpy=True, show_progress_bar=True,
-        )  # fmt: skip
-        return np.asarray(out, dtype=np.float32).reshape(-1)
-
-
-def teacher_name(args: RerankerArgs, home: Path) -> str:
-    """The teacher's identity in the score cache: the base model's fingerprint for ``cosine``."""
-    if args.teacher != "cosine":
-        return "cross-encoder:" + str(args.teacher)
-    return "cosine:" + folder.model_fingerprint(ensure_base_model(home))[:12]
-
-
-def teacher_scores(args: RerankerArgs, data: list[DistillInstance], home: Path, device: str) -> np.ndarray:
-    """``T(q_en, d_en)`` for every instance, computed once and cached under ``$SAMELANG_HOME/cache``
-    (keyed by the teacher's name or fingerprint and the instances; a hit loads no model)."""
-    key = hashlib.sha256(teacher_name(args, home).encode())
-    for x in data:
-        key.update(f"{x.qid}|{x.doc_group}\n".encode())
-    cache = Path(home) / "cache" / f"teacher-{key.hexdigest()[:20]}.npy"
-
-    def compute() -> np.ndarray:
-        if args.teacher == "cosine":
-            teacher = CosineTeacher(home, device)
-        else:
-            teacher = CrossEncoderTeacher(args.teacher, device, args.max_length)
-        return teacher([x.q_en for x in data], [x.d_en for x in data])
-
-    return loop.cached_array(cache, compute)
 
 
 # ----------------------------------------------------------------------------- losses per stage
@@ -245,9 +189,11 @@ def train_reranker(args: RerankerArgs, log=print) -> Path:
     dev = dev_articles(args.dev_n_articles)
     if args.stage == 1:
         data = build_distill_instances(langs, "train", args.seed, args.n_sampled, args.rounds, exclude_articles=dev)
-        targets = torch.from_numpy(teacher_scores(args, data, home, device.type))
+        targets = torch.from_numpy(teacher_scores(args.teacher, args.max_length, data, home, device.type))
     else:
-        data = build_coherence_groups(langs, "train", args.seed, args.repeats, exclude_articles=dev)
+        negatives = None if args.negatives == "article" else retrieved_negatives(args.negatives, home, dev, log)
+        data = build_coherence_groups(langs, "train", args.seed, args.repeats, exclude_articles=dev,
+                                      negatives=negatives)  # fmt: skip
     steps_per_epoch = max(1, len(data) // (args.batch_size * world))
     total = args.max_steps or max(1, int(steps_per_epoch * args.epochs))
     module = RerankerModule(args, home).to(device)
@@ -255,6 +201,7 @@ def train_reranker(args: RerankerArgs, log=print) -> Path:
     t0 = time.perf_counter()
     bar = tqdm(total=total, initial=step, desc=f"train reranker (stage {args.stage})", disable=rank != 0)
     while step < total:
+        started = time.perf_counter()
         epoch, pos = divmod(step, steps_per_epoch)
         order = np.random.default_rng(args.seed + epoch).permutation(len(data))
         start = (pos * world + rank) * args.batch_size
@@ -266,9 +213,9 @@ def train_reranker(args: RerankerArgs, log=print) -> Path:
             else:
                 parts = align_loss(fwd, batch, args.lambda_lc, args.objective)
         step += 1
-        rec = loop.optimiser_step(parts, params, opt, sched, step)
+        rec = loop.optimiser_step(parts, params, opt, sched, step, started)
         bar.update(1)
-        bar.set_postfix({k: f"{v:.4f}" for k, v in rec.items() if k not in ("step", "lr")})
+        bar.set_postfix({k: f"{v:.4f}" for k, v in rec.items() if k not in ("step", "lr", "seconds")})
         if rank == 0 and dev and args.dev_questions and (step % args.eval_every == 0 or step == total):
             with loop.autocast(device, args.precision):
                 rec["dev"] = dev_eval(module, dev, args.dev_questions, langs)
@@ -340,7 +287,7 @@ def model_card(args: RerankerArgs, training_args: dict, eval_markdown: str | Non
             reproduce=full_recipe(args).splitlines(),
             trained=f"Trained for {training_args.get('steps', '?')} steps x {args.batch_size} "
             f"{'groups of 4 documents' if args.stage == 2 else 'pairs'} (of {training_args['n_instances']} built) "
-            f"in {training_args['train_seconds']:.0f} s "
+            f"in {loop.timing_line(training_args)} "
             f"(world size {training_args['world_size']}, torch {training_args['torch']}).",
             eval_command="samelang eval reranker --model <this folder> --card",
             evaluation=eval_markdown,

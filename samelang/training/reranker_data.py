@@ -14,7 +14,8 @@ held out as a dev slice. Deterministic under ``seed``.
 * Stage 2 (Algorithm 2, language-coherence groups): per question, ``repeats``
   groups ``(q_src, d+_src, d+_tgt, d-_src, d-_tgt)`` with ``(src, tgt) = LangPair(c)``;
   the negative is one other paragraph of the same article (a hard negative, fixed
-  per question as MIRACL's one negative per row).
+  per question as MIRACL's one negative per row), or, given a retriever's lists, the
+  wrong paragraphs that retriever ranks best for that query (what the reranker reranks).
 
 ``LangPair(c, L)`` cycles through the ordered Cartesian product ``L x L``
 (same-language pairs included), so every combination is balanced.
@@ -22,9 +23,14 @@ held out as a dev slice. Deterministic under ``seed``.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
+from samelang.indexes.atomic import atomic_write_text
 from samelang.indexes.corpora import XQUAD_LANGS, check_langs, load_xquad
 
 
@@ -115,18 +121,56 @@ def build_coherence_groups(
     seed: int = 0,
     repeats: int = 3,
     exclude_articles: tuple[int, ...] = (),
+    negatives: Mapping[tuple[str, str], list[str]] | None = None,
 ) -> list[CoherenceGroup]:
-    """Algorithm 2: ``repeats`` groups per train question, language pairs cycling."""
+    """Algorithm 2: ``repeats`` groups per train question, language pairs cycling. ``negatives``:
+    ``(query language, query text) -> wrong paragraph groups, best-ranked first`` (what a retriever
+    returns); the ``r``-th group of a question then takes the ``r``-th of its query's list (cycling),
+    and a question without any keeps its same-article negative."""
     data = _Parallel(langs, split, exclude_articles)
     rng = random.Random(seed)
     out: list[CoherenceGroup] = []
     c = 0
     for q in data.questions:
-        negatives = [g for g in data.by_article[q.article] if g != q.group]
-        neg = rng.choice(negatives)
-        for _ in range(repeats):
+        same_article = [g for g in data.by_article[q.article] if g != q.group]
+        fallback = rng.choice(same_article)
+        for r in range(repeats):
             src, tgt = lang_pair(c, data.langs)
+            listed = [g for g in (negatives or {}).get((src, data.q[src][q.id]), []) if g in data.p[src]]
+            neg = listed[r % len(listed)] if listed else fallback
             docs = (data.p[src][q.group], data.p[tgt][q.group], data.p[src][neg], data.p[tgt][neg])
             out.append(CoherenceGroup(data.q[src][q.id], docs, src, tgt, q.id, q.group, neg))
             c += 1
+    return out
+
+
+def retrieved_negatives(retriever: str, home: Path, dev: tuple[int, ...], log=print) -> dict:
+    """``(language, question) -> wrong paragraph groups, best-ranked first``: what ``retriever``
+    (served as ``samelang serve`` serves it: its BM25 weight, group-aware candidates) returns for
+    every train-article question on the train-article partial-translation and parallel pools of
+    ``samelang eval pipeline --shapes`` (:mod:`samelang.training.evaluation.shapes`). Why: the
+    reranker reranks these lists; the paper's one same-article negative is rarely what the
+    retriever puts above the answer. Cached under ``$SAMELANG_HOME/cache``."""
+    from samelang.training.evaluation.fusion import tuned_weights  # deferred: evaluation code only for this
+    from samelang.training.evaluation.serving_rule import ShapeRow  # deferred: as above
+    from samelang.training.evaluation.shapes import ShapeJudge, fused_weight  # deferred: as above
+
+    weight = fused_weight(retriever) if fused_weight(retriever) is not None else tuned_weights().get(retriever, 0.0)
+    row = ShapeRow(retriever, weight)
+    key = hashlib.sha256(f"negatives-v1:{row.name}:{dev}".encode()).hexdigest()[:20]
+    cache = Path(home) / "cache" / f"negatives-{key}.json"
+    if cache.exists():
+        return {tuple(k.split("|", 1)): v for k, v in json.loads(cache.read_text()).items()}
+    judge = ShapeJudge(home, split="train", shapes=("partial", "parallel"), log=log)
+    out: dict[tuple[str, str], list[str]] = {}
+    for shape in judge.shapes:
+        pipe = judge.pipeline(row, shape)
+        lists = judge.search_lists(pipe, shape, f"negatives: {row.name} on {shape}")
+        pipe.index.close()
+        for q, ids in zip(judge.queries, lists, strict=True):
+            wrong = ["xquad-" + i.split("-", 2)[2] for i in ids]
+            wrong = [g for g in dict.fromkeys(wrong) if g != q.group and int(g.split("-")[1]) not in dev]
+            have = out.setdefault((q.lang, q.query), [])
+            have += [g for g in wrong if g not in have]
+    atomic_write_text(cache, json.dumps({f"{a}|{b}": v for (a, b), v in out.items()}))
     return out

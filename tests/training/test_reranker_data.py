@@ -74,3 +74,19 @@ def test_builders_refuse_test_articles_and_need_english():
     with pytest.raises(ValueError, match="'en'"):
         build_coherence_groups(langs=["zh", "th"])
     assert len(XQUAD_LANGS) == 12
+
+
+def test_coherence_groups_take_a_retrievers_negatives_best_first(texts):
+    """``negatives``: the r-th group of a question takes the r-th wrong paragraph its query's list
+    holds (what the reranker will rerank); a query without a list keeps its same-article negative."""
+    paragraphs, questions = texts
+    plain = build_coherence_groups(langs=["en", "de"], seed=0, repeats=2, exclude_articles=DEV)
+    q0, q1 = plain[0], plain[2]  # two questions, each with 2 groups
+    other = next(g for g in (x.pos_group for x in plain) if g not in (q0.pos_group, q1.pos_group))
+    listed = {(q0.src, q0.query): [q1.pos_group, other]}  # best-ranked first
+    groups = build_coherence_groups(langs=["en", "de"], seed=0, repeats=2, exclude_articles=DEV, negatives=listed)
+    assert groups[1].src == q0.src and [g.neg_group for g in groups[:2]] == [q1.pos_group, other]
+    assert groups[0].neg_group == q1.pos_group and groups[0].docs[2] == paragraphs[(q0.src, q1.pos_group)]
+    assert groups[0].docs[3] == paragraphs[(groups[0].tgt, q1.pos_group)]
+    # a query the lists do not know keeps the paper's same-article negative, as without lists
+    assert [g.neg_group for g in groups[2:]] == [g.neg_group for g in plain[2:]]

@@ -32,3 +32,18 @@ def test_the_serving_rule_is_the_best_mean_that_no_shape_fools():
     # a tie within TIE points goes to the simpler row (dense before hybrid)
     results[base] = _result(parallel=92, partial=70, one=70, mono=97 - R.TIE / 2)
     assert R.serving_rule(results, base)[0] == base
+
+
+def test_a_row_that_shows_readers_another_language_first_is_not_served():
+    """Partial translations' reader@1 below :data:`READER_FLOOR` disqualifies a row whatever its mean."""
+    base, greedy, kind = R.ShapeRow("base"), R.ShapeRow("fu", 0.04), R.ShapeRow("al", 0.04)
+
+    def result(mean, reader):
+        r = _result(parallel=mean, partial=mean, one=mean, mono=mean)
+        r["partial"]["reader_at_1"] = {"mean": reader}
+        return r
+
+    results = {base: result(90, 97), greedy: result(95, R.READER_FLOOR - 0.1), kind: result(93, R.READER_FLOOR)}
+    chosen, verdict = R.serving_rule(results, base)
+    assert chosen == kind and verdict[greedy]["reader_below_floor"] and not verdict[kind]["reader_below_floor"]
+    assert "reader@1 < floor" in "\n".join(R.primary_table(results, chosen))

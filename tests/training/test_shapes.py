@@ -108,3 +108,31 @@ def test_the_tiny_judge_runs_every_shape_and_http_gives_the_pipelines_numbers(ti
         for metric, v in data["http"][shape].items():
             assert v["mean"] == pytest.approx(served["shapes"][shape][metric]["mean"], nan_ok=True), (shape, metric)
     assert "Reported on the test-article shapes" in report.table and "per query language" in report.table
+
+
+def test_every_shipped_retriever_is_a_row_with_the_weight_it_is_served_with():
+    """The judge rows the base model, each shipped bi-encoder (dense and hybrid) and each fused
+    retriever at the BM25 weight its ``fused.json`` was tuned with; a cross-encoder is no row."""
+    from samelang.service.registry import shipped_biencoders
+
+    rows = S.default_rows({"base": 0.08})
+    names = {r.retriever for r in rows}
+    fused = sorted(p.parent.name for p in REPO_MODELS.glob("*/fused.json"))
+    assert {p.name for p in shipped_biencoders()} <= names and set(fused) <= names
+    assert "lamar-e5-small" not in names and "e5-small-aligned" in names
+    for name in fused:
+        cfg = json.loads((REPO_MODELS / name / "fused.json").read_text())
+        assert [r.lexical for r in rows if r.retriever == name] == [cfg["lexical_weight"]] == [S.fused_weight(name)]
+    assert S.fused_weight("e5-small-aligned") is None
+
+
+def test_held_out_questions_are_the_rows_metrics_on_those_articles_only(samelang_home):
+    """The serving rule chooses on the dev articles' questions (no trainer here trains on them): the
+    judge's numbers restricted to an article's questions, over the same pools; none: ``None``."""
+    judge = S.ShapeJudge(samelang_home, split="train", shapes=("partial",), max_paragraphs=3, max_questions=2,
+                         memo=False, log=lambda m: None)  # fmt: skip
+    row = S.ShapeRow("base")
+    full = judge.run([row])[row]["partial"]
+    articles = {int(q.group.split("-")[1]) for q in judge.queries}
+    assert judge.held_out(tuple(articles))[row]["partial"]["found_at_1"] == full["found_at_1"]
+    assert judge.held_out((10_000,)) is None

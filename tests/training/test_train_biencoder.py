@@ -23,6 +23,9 @@ def test_two_step_smoke_run_changes_the_weights(tmp_path, base_model_path):
     assert targs["loss"] == "jsd+nce" and targs["n_triplets"] == 8
     history = json.loads((out / "history.json").read_text())
     assert [h["step"] for h in history] == [1, 2] and all(h["jsd"] > 0 and h["nce"] > 0 for h in history)
+    # every step's wall time is kept, so a resumed run knows its whole training time
+    assert targs["train_seconds"] == pytest.approx(sum(h["seconds"] for h in history), abs=0.1)
+    assert targs["steps"] == 2 and targs["steps_per_s"] > 0 and "[" in targs["trained_on"]
     manifest = json.loads((out / "samelang_manifest.json").read_text())
     assert manifest["kind"] == "lora-adapter" and manifest["adapter_sha256"]
     assert "samelang train biencoder" in (out / "README.md").read_text()
@@ -83,3 +86,14 @@ def test_hard_negatives_join_the_target_query_candidates():
     plain = compute_loss(module, "jsd+nce", rows, JSDLoss(), nce, target_queries=True)
     assert plain["nce_qt"].item() == pytest.approx(nce(q, cands[:3]).item(), rel=1e-6)
     assert parts["nce_qt"].item() > plain["nce_qt"].item()  # more negatives: a harder choice
+
+
+def test_run_timing_counts_steps_recorded_before_timing_at_the_median():
+    from samelang.training.loop import run_timing, timing_line
+
+    history = [{"step": 1}, {"step": 2, "seconds": 2.0}, {"step": 3, "seconds": 4.0}, {"step": 4, "seconds": 3.0}]
+    t = run_timing(history, seconds=9.0)
+    assert t["train_seconds"] == pytest.approx(12.0) and t["untimed_steps"] == 1
+    assert t["steps_per_s"] == pytest.approx(4 / 12.0, abs=1e-4)
+    assert "1 steps before timing" in timing_line(t)
+    assert run_timing([{"step": 1}], seconds=5.0)["train_seconds"] == 5.0  # nothing timed: this process's time

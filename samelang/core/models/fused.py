@@ -12,8 +12,10 @@ another (best mean of the shapes' primary metrics 84.3). Scoring each document b
 good at *its* relation to the query reaches 85.2 with the reader's own version first for 93%
 (``scripts/experiments/fused_grid.py``, docs/evaluation.md):
 
-* ``same(q, d) = z_same(cos_same(q, d) + w * bm25(q, d) / max_d' bm25(q, d'))`` when ``d`` is in
-  the query's language (base cosine and BM25: the best monolingual ranking);
+* ``same(q, d) = z_same(cos_same(q, d) + w * bm25(q, d) / max_d' bm25(q, d')) + beta * z_cross(cos_cross(q, d))``
+  when ``d`` is in the query's language (base cosine and BM25: the best monolingual ranking; ``beta``,
+  0 unless tuned otherwise, adds the cross model's view as an ensemble: two models trained apart
+  disagree on different mistakes);
 * ``cross(q, d) = z_cross(cos_cross(q, d)) + c`` otherwise (aligned cosine: the best cross-language one);
 
 where ``z(s) = (s - mean_q) / std_q`` puts each model's cosines on one scale: the mean and standard
@@ -73,6 +75,7 @@ class FusionConfig:
     calibration_rows: int = 2048  # without calibration.npz: the index documents (evenly spaced) that calibrate z
     query_weights: tuple[float, float] = (1.0, 0.25)  # (a, b) of the store's candidate search
     lexical_weight: float = 0.04  # w, tuned with c: the BM25 weight its rows are judged and served with
+    same_cross_weight: float = 0.0  # beta: the cross model's z-score's weight for the reader's-language documents
 
     @classmethod
     def read(cls, folder: Path) -> FusionConfig:

@@ -66,6 +66,27 @@ def cpu_flags() -> set[str]:
     return set()
 
 
+SPEED_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
+
+
+def cpu_model() -> str:
+    """The ``lscpu`` model line (the CPU the speeds were measured on)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def cpu_summary() -> str:
+    """The CPU and the SIMD features that decide speed numbers (read at run time), as every speed
+    number here prints it: ``model [flags]``."""
+    flags = cpu_flags()
+    return f"{cpu_model()} [{' '.join(f for f in SPEED_FLAGS if f in flags) or 'no AVX2'}]"
+
+
 def cpu_class(flags: set[str] | None = None) -> str:
     """The class of CPU a precision choice holds for, from the instruction sets that decide int8 and
     bf16 speed and int8 numerics: ``x86-amx`` (AMX int8/bf16 tiles), ``x86-avx512-vnni``,

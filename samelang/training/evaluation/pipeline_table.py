@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from samelang.core.models.folder import replace_section
-from samelang.training.evaluation.precision import cpu_model
+from samelang.core.models.precision import cpu_summary
 
 GRADED_TIE = 1.0  # graded nDCG@10 points within which tied rows count as equal (best_row)
 STRATEGIES = ("documents", "groups")
@@ -103,14 +103,8 @@ def markdown(rows: list[Row], chosen: Row | None = None, http: dict | None = Non
 
 
 def cpu_flags() -> str:
-    """The CPU and the SIMD features that matter for speed numbers (read at run time)."""
-
-    try:
-        flags = set(Path("/proc/cpuinfo").read_text().split("flags")[1].split("\n")[0].split())
-    except (OSError, IndexError):
-        flags = set()
-    wanted = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
-    return f"{cpu_model()} [{' '.join(f for f in wanted if f in flags) or 'no AVX2'}]"
+    """The CPU and its speed-relevant SIMD features (:func:`~samelang.core.models.precision.cpu_summary`)."""
+    return cpu_summary()
 
 
 def write_doc_section(doc: Path, heading: str, table: str, how: str, chosen: Row, baseline: Row | None) -> None:

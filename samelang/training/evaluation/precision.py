@@ -22,7 +22,7 @@ from pydantic import Field
 from samelang.core.models.base_model import BASE_MODEL_NAME
 from samelang.core.models.encoder import Encoder
 from samelang.core.models.folder import SHIPPED_RECORDS, record_precision, write_card_section
-from samelang.core.models.precision import EngineOptions, cpu_has_bf16, precision_device
+from samelang.core.models.precision import EngineOptions, cpu_has_bf16, cpu_model, precision_device
 from samelang.core.models.reranker import CrossEncoderReranker
 from samelang.core.options import StrList
 from samelang.core.settings import settings
@@ -143,17 +143,6 @@ def device_name(device: str) -> str:
     import torch  # deferred: keeps torch out of start-up
 
     return torch.cuda.get_device_name(torch.device(device))
-
-
-def cpu_model() -> str:
-    """The ``lscpu`` model line (the CPU the speeds were measured on)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown CPU"
 
 
 # ----------------------------------------------------------------------------- the command's object

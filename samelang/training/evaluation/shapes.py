@@ -57,8 +57,16 @@ from samelang.service.components import Components, load_components
 from samelang.service.config import ServiceSettings
 from samelang.service.limits import Limits
 from samelang.service.pipeline import Pipeline
-from samelang.service.registry import ALIGNED_BIENCODER, BASE, REPO_MODELS, SERVED_DEFAULTS, open_encoder, resolve_model
+from samelang.service.registry import (
+    BASE,
+    REPO_MODELS,
+    SERVED_DEFAULTS,
+    open_encoder,
+    resolve_model,
+    shipped_biencoders,
+)
 from samelang.service.results import Defaults, SearchOptions
+from samelang.training.data import dev_articles
 from samelang.training.evaluation.biencoder import embed_xquad
 from samelang.training.evaluation.common import Report
 from samelang.training.evaluation.memo import MemoEncoder, bootstrap_ci
@@ -68,12 +76,17 @@ from samelang.training.evaluation.serving_rule import (
     ShapeRow,
     markdown,
     primary_table,
+    reader_table,
     serving_rule,
     to_json,
     write_serving,
 )
 
 P_EN, P_OTHER = 0.6, 0.25
+# BM25 weights the shipped bi-encoders' hybrid rows run with (the fused grid's range,
+# scripts/experiments/fused_grid.py: 0.04 keeps more cross-language answers, 0.08 ranks the reader's language best)
+HYBRID_WEIGHTS = (0.04, 0.08)
+DEV_ARTICLES = 3  # the trainers' default --dev-n-articles: the train articles no model here trains on
 SHAPES_VERSION = "shapes-v1"  # the constructions' identity (part of every shape index's folder name)
 
 
@@ -185,6 +198,7 @@ class ShapeJudge:
     log: Callable[[str], None] = print
     memo: bool = True  # vectors of every split text from the embedding caches (False: tiny runs encode what they use)
     encoders: dict = field(default_factory=dict)  # retriever name -> memoised encoder
+    per_query: dict = field(default_factory=dict)  # row -> shape -> per-query metric arrays (for held_out)
 
     def __post_init__(self):
         per_lang = {x: A.xquad_queries([x], self.split) for x in XQUAD_LANGS}
@@ -250,11 +264,24 @@ class ShapeJudge:
             t0 = time.perf_counter()
             pipe = self.pipeline(row, shape)
             lists = self.search_lists(pipe, shape, f"{row.name}: {shape}")
-            present = self.present(shape)
-            out[shape] = summarise(score_lists(shape, lists, self.queries, present), self.qlang)
+            per = score_lists(shape, lists, self.queries, self.present(shape))
+            self.per_query.setdefault(row, {})[shape] = per
+            out[shape] = summarise(per, self.qlang)
             out[shape]["seconds"] = round(time.perf_counter() - t0, 1)
             pipe.index.close()
         return out
+
+    def held_out(self, articles: tuple[int, ...]) -> dict[ShapeRow, dict] | None:
+        """Every row's metrics on the questions of ``articles`` only, over the same pools (``None``
+        when no question is theirs: a tiny run). Why: the trainers here train on every train
+        article but the dev ones (:func:`samelang.training.data.dev_articles`), so a trained model
+        is judged in-sample on the others; the dev articles' questions are the train side's only
+        questions that no compared model has seen."""
+        keep = np.array([int(q.group.split("-")[1]) in articles for q in self.queries])
+        if not keep.any():
+            return None
+        return {row: {s: summarise({m: v[keep] for m, v in per.items()}, self.qlang[keep]) for s, per in shapes.items()}
+                for row, shapes in self.per_query.items()}  # fmt: skip
 
     def present(self, shape: str) -> set:
         return present_versions(shape, pool_groups(self.split, self.max_paragraphs))
@@ -307,23 +334,32 @@ def served_over_http(judge: ShapeJudge, row: ShapeRow, shipped: bool = False) ->
 
 # ----------------------------------------------------------------------------- the command
 def default_rows(lexical: dict[str, float]) -> list[ShapeRow]:
-    """The rows judged: the base model dense (the rule's floor), today's hybrid default, the
-    aligned model (seed 000) dense and hybrid, and the fused retriever with its BM25 weight."""
+    """The rows judged: the base model dense (the rule's floor), the base model's hybrid at its
+    tuned weight, every shipped bi-encoder (seed 000's, :func:`shipped_biencoders`) dense and hybrid
+    at each of :data:`HYBRID_WEIGHTS` (the train-article shapes choose among them, as they choose
+    the row), and every fused retriever with the BM25 weight it was tuned with."""
 
     rows = [ShapeRow(BASE), ShapeRow(BASE, lexical.get(BASE, 0.08))]
-    if ALIGNED_BIENCODER.exists():
-        rows += [ShapeRow(ALIGNED_BIENCODER.name), ShapeRow(ALIGNED_BIENCODER.name, lexical.get(BASE, 0.08))]
+    for folder in shipped_biencoders():
+        rows += [ShapeRow(folder.name), *(ShapeRow(folder.name, w) for w in HYBRID_WEIGHTS)]
     for folder in sorted(REPO_MODELS.glob("*/fused.json")):
-        cfg = json.loads(folder.read_text())
-        rows.append(ShapeRow(folder.parent.name, float(cfg.get("lexical_weight", 0.0))))
+        rows.append(ShapeRow(folder.parent.name, fused_weight(folder.parent.name)))
     return rows
+
+
+def fused_weight(name: str) -> float | None:
+    """The BM25 weight a fused retriever (``models/<name>/fused.json``) was tuned with and is served
+    with; ``None`` for any other retriever."""
+    cfg = REPO_MODELS / name / "fused.json"
+    return float(json.loads(cfg.read_text()).get("lexical_weight", 0.0)) if cfg.exists() else None
 
 
 def run_shapes(options, doc: Path | None = None, log=print):
     """``samelang eval pipeline --shapes``: every row on the train-article shapes (the serving rule
-    chooses there), then on the test-article shapes (the report), the chosen row also through HTTP;
-    ``--card`` writes ``models/serving.json`` and ``docs/evaluation.md``'s section; ``--tiny``: a
-    few paragraphs and questions of each shape, nothing written but the report (seconds)."""
+    chooses on their dev articles' questions, :meth:`ShapeJudge.held_out`), then on the
+    test-article shapes (the report), the chosen row also through HTTP; ``--card`` writes
+    ``models/serving.json`` and ``docs/evaluation.md``'s section; ``--tiny``: a few paragraphs
+    and questions of each shape, nothing written but the report (seconds)."""
     from samelang.training.evaluation.fusion import tuned_weights  # deferred: keeps torch out of start-up
 
     home = options.home
@@ -331,10 +367,11 @@ def run_shapes(options, doc: Path | None = None, log=print):
     tiny = dict(max_paragraphs=3, max_questions=2, memo=False) if options.tiny else {}
     rows = default_rows(tuned_weights())
     train = ShapeJudge(home, split="train", log=log, **tiny)
-    log(f"train-article shapes ({len(train.queries)} questions): the serving rule chooses")
+    log(f"train-article shapes ({len(train.queries)} questions): the serving rule chooses on the dev articles'")
     train_res = train.run(rows)
-    chosen, verdict = serving_rule(train_res, rows[0])
-    log(f"chosen on train articles: {chosen.name}")
+    dev_res = train.held_out(dev_articles(DEV_ARTICLES))
+    chosen, verdict = serving_rule(dev_res or train_res, rows[0])
+    log(f"chosen on the dev articles' questions: {chosen.name}" if dev_res else f"chosen (tiny: all): {chosen.name}")
     test = ShapeJudge(home, split="test", log=log, encoders=train.encoders if options.tiny else {}, **tiny)
     log(f"test-article shapes ({len(test.queries)} questions): the report")
     test_res = test.run(rows)
@@ -343,15 +380,19 @@ def run_shapes(options, doc: Path | None = None, log=print):
     )
     card = options.card and not options.tiny
     if card:  # written before the HTTP check, which then loads what `samelang serve` loads
-        write_serving(SERVED_DEFAULTS, chosen, train_res, test_res, verdict, command)
+        write_serving(SERVED_DEFAULTS, chosen, dev_res or train_res, test_res, verdict, command)
     http = served_over_http(test, chosen, shipped=card) if options.http else None
     minutes = (time.perf_counter() - t0) / 60
     how = (f"Questions: {len(test.queries)} test-article questions in 12 languages ({len(train.queries)} train-article "
            f"questions chose the row); 10 hits per search. Command: `{command}` ({minutes:.0f} min).")  # fmt: skip
-    table = ("### Chosen on the train-article shapes\n\n" + markdown(train_res, chosen, "train")
+    dev_table = ("### Chosen on the dev articles' questions\n\n" + "\n".join(primary_table(dev_res, chosen)) + "\n\n"
+                 if dev_res else "")  # fmt: skip
+    table = (dev_table + "### The train-article shapes (every train question: in-sample for trained models)\n\n"
+             + markdown(train_res, chosen, "train")
              + "\n\n### Reported on the test-article shapes\n\n" + markdown(test_res, chosen, "test", http)
              + "\n\n" + how)  # fmt: skip
     data = {"chosen": chosen.name, "served": chosen.served, "train": to_json(train_res), "test": to_json(test_res),
+            "dev": to_json(dev_res) if dev_res else None,
             "http": http, "verdict": {r.name: v for r, v in verdict.items()}, "minutes": round(minutes, 1),
             "command": command}  # fmt: skip
     report = Report(table, data)
@@ -359,11 +400,13 @@ def run_shapes(options, doc: Path | None = None, log=print):
     if card:
         if doc is not None:
             replace_section(doc, SHAPES_SECTION, table + "\n")
-        card = REPO_MODELS / chosen.retriever / "README.md"
-        if (REPO_MODELS / chosen.retriever / "fused.json").exists():  # the served fused retriever's own card
-            body = "\n".join(["On the test-article shapes (`samelang eval pipeline --shapes`).", "",
-                               *primary_table(test_res, chosen), "", how])  # fmt: skip
-            replace_section(card, SHAPES_SECTION, body + "\n")
+        for name in dict.fromkeys(r.retriever for r in rows):  # every judged model's own card
+            card = REPO_MODELS / name / "README.md"
+            if card.exists():
+                body = "\n".join(["On the test-article shapes (`samelang eval pipeline --shapes`).", "",
+                                   *reader_table(test_res, chosen, name), "", *primary_table(test_res, chosen),
+                                   "", how])  # fmt: skip
+                replace_section(card, SHAPES_SECTION, body + "\n")
         log(f"served defaults -> {SERVED_DEFAULTS}")
     return report
 

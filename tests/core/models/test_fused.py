@@ -61,10 +61,17 @@ def test_vectors_hold_both_models_and_the_index_knows_the_pair(fused):
     assert fused.info.dim == fused.dim and fused.analyzer[0] == fused.same.analyzer[0]
 
 
-def test_the_fused_score_is_the_documented_formula(fused, unlabelled):
+@pytest.mark.parametrize("beta", [None, 0.5])
+def test_the_fused_score_is_the_documented_formula(fused, unlabelled, beta):
     """Every document is a candidate here (fewer than ``candidate_depth``): the pipeline's order is
-    the formula's, computed from each model's own embeddings."""
+    the formula's, computed from each model's own embeddings (``beta``: the folder's
+    ``same_cross_weight``, or another one)."""
+    from dataclasses import replace
+
     pipe = _pipeline(fused, unlabelled, group_candidates=False, lexical_weight=0.04)
+    if beta is not None:
+        pipe.fusion = replace(fused.fusion, same_cross_weight=beta)
+    beta = pipe.fusion.same_cross_weight
     docs = unlabelled.docs.get_rows(list(range(unlabelled.size)))
     assert unlabelled.size < fused.fusion.candidate_depth
     q = next(q for q in load_xquad(["zh"], split="test").questions if q.article == ARTICLES[0])
@@ -82,7 +89,7 @@ def test_the_fused_score_is_the_documented_formula(fused, unlabelled):
     lex, analyze = pipe.lexical
     bm = lex.scores(analyze(q.text)).astype(np.float64)
     same = cs + 0.04 * bm / bm.max()
-    z_same = (same - mu_s) / sd_s
+    z_same = (same - mu_s) / sd_s + beta * (cc - mu_c) / sd_c
     z_cross = (cc - mu_c) / sd_c + fused.fusion.cross_offset
     score = np.where(np.array([d.lang for d in docs]) == "zh", z_same, z_cross)
     want = [docs[i].id for i in np.argsort(-score, kind="stable")[:10]]
