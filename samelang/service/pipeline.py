@@ -25,6 +25,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from samelang.core.models.fused import query_moments
 from samelang.core.models.generation import GeneratorUnavailable, join_answer
 from samelang.core.models.protocols import Reranker, TextEncoder
 from samelang.indexes.index import OpenIndex
@@ -175,8 +176,8 @@ class Pipeline:
         d_same, d_cross = enc.halves(self._stored_vectors(rows.tolist()))
         q_same, q_cross = (h.reshape(-1) for h in enc.halves(qvec[:1]))
         cal_same, cal_cross = self._calibration  # None only for an index without documents: no rows here
-        mu_s, sd_s = _moments(cal_same @ q_same)
-        mu_c, sd_c = _moments(cal_cross @ q_cross)
+        mu_s, sd_s = query_moments(cal_same @ q_same)
+        mu_c, sd_c = query_moments(cal_cross @ q_cross)
         same = (d_same @ q_same).astype(np.float64)
         if lexical is not None:
             same = same + lexical.weight * lexical.scores[rows].astype(np.float64) / max(lexical.top, 1e-9)
@@ -489,8 +490,3 @@ class Pipeline:
         except GeneratorUnavailable as e:
             raise AnswerUnavailable(str(e), ranked.hits) from e
         yield Answered(join_answer(pieces) if getattr(self.generator, "generates", True) else None)
-
-
-def _moments(x: np.ndarray) -> tuple[float, float]:
-    """Mean and standard deviation (floored: a one-document sample) of a query's cosines."""
-    return float(x.mean()), max(float(x.std()), 1e-3)

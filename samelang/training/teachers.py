@@ -15,11 +15,17 @@ import torch
 from samelang.core.models import folder
 from samelang.core.models.base_model import ensure_base_model
 from samelang.core.models.encoder import Encoder
-from samelang.core.models.fused import is_fused_folder
+from samelang.core.models.fused import is_fused_folder, query_moments
 from samelang.core.paths import REPO_MODELS
 from samelang.service.registry import open_encoder, served_fingerprint
 from samelang.training import loop
 from samelang.training.reranker_data import DistillInstance
+
+
+def standardised(s: np.ndarray) -> np.ndarray:
+    """Scores over the training pairs as ``(s - mean) / std``: the few-unit scale ADR-MSE's sigmoid
+    of score differences works on, whatever the teacher's own scale."""
+    return (s - s.mean()) / max(float(s.std()), 1e-6)
 
 
 class CosineTeacher:
@@ -37,8 +43,7 @@ class CosineTeacher:
         return np.array([float(Q[q] @ D[d]) for q, d in zip(queries, docs, strict=True)], dtype=np.float32)
 
     def __call__(self, queries: list[str], docs: list[str]) -> np.ndarray:
-        s = self.raw(queries, docs)
-        return (s - s.mean()) / max(float(s.std()), 1e-6)
+        return standardised(self.raw(queries, docs))
 
 
 class FusedTeacher:
@@ -66,17 +71,15 @@ class FusedTeacher:
         cal_same, cal_cross = enc.calibration
         table = {}
         for i, q in enumerate(uq):
-            ref_s, ref_c = cal_same @ q_same[i], cal_cross @ q_cross[i]
+            (mu_s, sd_s), (mu_c, sd_c) = query_moments(cal_same @ q_same[i]), query_moments(cal_cross @ q_cross[i])
             bm = lex.scores(analyze(q)).astype(np.float64)
             same = d_same @ q_same[i] + f.lexical_weight * bm / max(bm.max(), 1e-9)
-            z = (same - ref_s.mean()) / max(ref_s.std(), 1e-3)
-            z += f.same_cross_weight * (d_cross @ q_cross[i] - ref_c.mean()) / max(ref_c.std(), 1e-3)
+            z = (same - mu_s) / sd_s + f.same_cross_weight * (d_cross @ q_cross[i] - mu_c) / sd_c
             table[q] = dict(zip(ud, z, strict=True))
         return np.array([table[q][d] for q, d in zip(queries, docs, strict=True)], dtype=np.float32)
 
     def __call__(self, queries: list[str], docs: list[str]) -> np.ndarray:
-        s = self.raw(queries, docs)
-        return (s - s.mean()) / max(float(s.std()), 1e-6)
+        return standardised(self.raw(queries, docs))
 
 
 class CrossEncoderTeacher:
@@ -121,12 +124,13 @@ def teacher_scores(teacher: str, max_length: int, data: list[DistillInstance], h
     for x in data:
         key.update(f"{x.qid}|{x.doc_group}\n".encode())
     cache = Path(home) / "cache" / f"teacher-{key.hexdigest()[:20]}.npy"
+    fused = fused_teacher_path(teacher)
 
     def compute() -> np.ndarray:
         if teacher == "cosine":
             model = CosineTeacher(home, device)
-        elif fused_teacher_path(teacher) is not None:
-            model = FusedTeacher(fused_teacher_path(teacher), home)
+        elif fused is not None:
+            model = FusedTeacher(fused, home)
         else:
             model = CrossEncoderTeacher(teacher, device, max_length)
         return model([x.q_en for x in data], [x.d_en for x in data])

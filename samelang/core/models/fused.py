@@ -91,6 +91,12 @@ class FusionConfig:
         atomic_write_text(Path(folder) / FUSED_CONFIG, json.dumps(data, indent=2) + "\n")
 
 
+def query_moments(x: np.ndarray) -> tuple[float, float]:
+    """Mean and standard deviation (floored: a one-document sample) of a query's cosines with the
+    calibration passages: the z-units of both halves' scores."""
+    return float(x.mean()), max(float(x.std()), 1e-3)
+
+
 def is_fused_folder(path: str | Path) -> bool:
     return (Path(path) / FUSED_CONFIG).exists()
 
