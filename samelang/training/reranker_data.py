@@ -153,7 +153,8 @@ def retrieved_negatives(retriever: str, home: Path, dev: tuple[int, ...], log=pr
     retriever puts above the answer. Cached under ``$SAMELANG_HOME/cache``."""
     from samelang.training.evaluation.fusion import tuned_weights  # deferred: evaluation code only for this
     from samelang.training.evaluation.serving_rule import ShapeRow  # deferred: as above
-    from samelang.training.evaluation.shapes import ShapeJudge, fused_weight  # deferred: as above
+    from samelang.training.evaluation.shapes import ShapeJudge  # deferred: as above
+    from samelang.training.evaluation.shapes_run import fused_weight  # deferred: as above
 
     weight = fused_weight(retriever) if fused_weight(retriever) is not None else tuned_weights().get(retriever, 0.0)
     row = ShapeRow(retriever, weight)

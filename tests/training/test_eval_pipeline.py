@@ -97,7 +97,7 @@ def test_score_cache_scores_each_pair_once_and_survives_a_restart(tmp_path):
 def test_served_defaults_file_drives_the_service(tmp_path, monkeypatch):
     from samelang.service import registry
     from samelang.service.config import ServiceSettings
-    from samelang.training.evaluation import shapes as S
+    from samelang.training.evaluation import serving_rule as S
 
     def results(*rows):
         res = {s: {S.PRIMARY[s]: {"mean": 90.0}} for s in S.SHAPES}

@@ -47,3 +47,17 @@ def test_a_row_that_shows_readers_another_language_first_is_not_served():
     chosen, verdict = R.serving_rule(results, base)
     assert chosen == kind and verdict[greedy]["reader_below_floor"] and not verdict[kind]["reader_below_floor"]
     assert "reader@1 < floor" in "\n".join(R.primary_table(results, chosen))
+
+
+def test_a_row_the_reader_waits_too_long_for_is_not_served():
+    """A row (a reranker, typically) whose p50 is above :data:`LATENCY_CEILING_MS` is not served,
+    whatever its quality; a row whose p50 was not measured is judged on quality alone."""
+    base, reranked = R.ShapeRow("base"), R.ShapeRow("base", reranker="lamar")
+    results = {base: _result(parallel=90, partial=50, one=50, mono=95),
+               reranked: _result(parallel=95, partial=60, one=60, mono=96)}  # fmt: skip
+    assert R.serving_rule(results, base)[0] == reranked
+    slow = {base: 20.0, reranked: R.LATENCY_CEILING_MS + 1}
+    chosen, verdict = R.serving_rule(results, base, latency=slow)
+    assert chosen == base and verdict[reranked]["too_slow"] and not verdict[base]["too_slow"]
+    assert "p50 > ceiling" in "\n".join(R.primary_table(results, chosen, slow))
+    assert reranked.served["reranker"] == "lamar" and reranked.name.endswith(f"-> lamar (top {R.RERANK_K})")

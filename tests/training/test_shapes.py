@@ -12,7 +12,9 @@ import pytest
 from samelang.core.metrics.audit import LabelledQuery
 from samelang.core.paths import REPO_MODELS
 from samelang.indexes.corpora import XQUAD_LANGS, load_xquad
+from samelang.service.registry import shipped_cross_encoders
 from samelang.training.evaluation import shapes as S
+from samelang.training.evaluation import shapes_run as SR
 
 
 def _groups(split="all"):
@@ -84,7 +86,7 @@ def tiny(samelang_home, tmp_path_factory):
     serving = REPO_MODELS / "serving.json"
     before = serving.read_bytes()
     opts = PipelineEvalOptions(shapes=True, tiny=True, out=tmp_path_factory.mktemp("shapes"), home=samelang_home)
-    report = S.run_shapes(opts, log=lambda m: None)
+    report = SR.run_shapes(opts, log=lambda m: None)
     assert serving.read_bytes() == before  # a tiny run never changes what is served
     return opts, report
 
@@ -108,6 +110,13 @@ def test_the_tiny_judge_runs_every_shape_and_http_gives_the_pipelines_numbers(ti
         for metric, v in data["http"][shape].items():
             assert v["mean"] == pytest.approx(served["shapes"][shape][metric]["mean"], nan_ok=True), (shape, metric)
     assert "Reported on the test-article shapes" in report.table and "per query language" in report.table
+    # every shipped cross-encoder reranks the retriever the rule chose among the retriever rows, on the
+    # reranked rows' questions (tiny: all 2 per language), beside that retriever on the same questions
+    reranked = [r for r in data["test"] if r["reranker"] != "none"]
+    assert {r["reranker"] for r in reranked} == {p.name for p in shipped_cross_encoders()}
+    assert all(r["shapes"]["partial"]["found_at_1"]["n"] == 24 for r in reranked)
+    assert "beside their retriever on the same" in report.table
+    assert set(data["p50_ms"]["test"]) == set(names) and all(v > 0 for v in data["p50_ms"]["test"].values())
 
 
 def test_every_shipped_retriever_is_a_row_with_the_weight_it_is_served_with():
@@ -115,24 +124,33 @@ def test_every_shipped_retriever_is_a_row_with_the_weight_it_is_served_with():
     retriever at the BM25 weight its ``fused.json`` was tuned with; a cross-encoder is no row."""
     from samelang.service.registry import shipped_biencoders
 
-    rows = S.default_rows({"base": 0.08})
+    rows = SR.default_rows({"base": 0.08})
     names = {r.retriever for r in rows}
     fused = sorted(p.parent.name for p in REPO_MODELS.glob("*/fused.json"))
     assert {p.name for p in shipped_biencoders()} <= names and set(fused) <= names
     assert "lamar-e5-small" not in names and "e5-small-aligned" in names
     for name in fused:
         cfg = json.loads((REPO_MODELS / name / "fused.json").read_text())
-        assert [r.lexical for r in rows if r.retriever == name] == [cfg["lexical_weight"]] == [S.fused_weight(name)]
-    assert S.fused_weight("e5-small-aligned") is None
+        assert [r.lexical for r in rows if r.retriever == name] == [cfg["lexical_weight"]] == [SR.fused_weight(name)]
+    assert SR.fused_weight("e5-small-aligned") is None
 
 
-def test_held_out_questions_are_the_rows_metrics_on_those_articles_only(samelang_home):
-    """The serving rule chooses on the dev articles' questions (no trainer here trains on them): the
-    judge's numbers restricted to an article's questions, over the same pools; none: ``None``."""
-    judge = S.ShapeJudge(samelang_home, split="train", shapes=("partial",), max_paragraphs=3, max_questions=2,
-                         memo=False, log=lambda m: None)  # fmt: skip
-    row = S.ShapeRow("base")
-    full = judge.run([row])[row]["partial"]
-    articles = {int(q.group.split("-")[1]) for q in judge.queries}
-    assert judge.held_out(tuple(articles))[row]["partial"]["found_at_1"] == full["found_at_1"]
-    assert judge.held_out((10_000,)) is None
+def test_the_judge_asks_only_the_articles_it_is_given_over_the_same_pools(samelang_home):
+    """The serving rule chooses on the dev articles' questions (no trainer here trains on them): a
+    judge given articles asks only their questions (its pools are the split's: :meth:`ShapeJudge.index`
+    builds from the split's paragraphs alone)."""
+    first = load_xquad(["en"], split="train").paragraphs[0].article
+    kw = dict(split="train", shapes=("partial",), max_paragraphs=3, memo=False, log=lambda m: None)
+    judge = S.ShapeJudge(samelang_home, articles=(first,), **kw)
+    assert judge.queries and {int(q.group.split("-")[1]) for q in judge.queries} == {first}
+    assert not S.ShapeJudge(samelang_home, articles=(10_000,), **kw).queries
+
+
+def test_reranked_rows_ask_the_same_positions_in_every_language(samelang_home):
+    judge = S.ShapeJudge(samelang_home, split="test", shapes=("partial",), memo=False, log=lambda m: None)
+    mask = judge.reranked_questions
+    assert mask.sum() == S.RERANK_PER_LANG * 12
+    per_lang = {x: sorted(judge.position[mask & (judge.qlang == x)].tolist()) for x in XQUAD_LANGS}
+    assert len({tuple(v) for v in per_lang.values()}) == 1  # one set of questions, asked in all 12 languages
+    assert judge.row_questions(S.ShapeRow("base", reranker="lamar")).tolist() == np.flatnonzero(mask).tolist()
+    assert len(judge.row_questions(S.ShapeRow("base"))) == len(judge.queries)

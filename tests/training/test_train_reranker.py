@@ -21,7 +21,8 @@ def stages(tmp_path_factory, base_model_path, samelang_home):
                   home=samelang_home)  # fmt: skip
     s1 = RerankerArgs(out=root / "stage1", stage=1, n_sampled=1, **common)
     train_reranker(s1, log=lambda *a: None)
-    s2 = RerankerArgs(out=root / "stage2", stage=2, init=str(root / "stage1"), lr=1e-2, **common)
+    # stage 2's own --teacher is unused (it distils nothing): its card names the one stage 1 distilled
+    s2 = RerankerArgs(out=root / "stage2", stage=2, init=str(root / "stage1"), lr=1e-2, teacher="unused", **common)
     train_reranker(s2, log=lambda *a: None)
     return s1, s2
 
@@ -47,6 +48,7 @@ def test_both_stages_train_and_save(stages):
     recipe = card.split("```bash\n")[1].split("```")[0].splitlines()
     assert recipe[0].startswith("samelang train reranker --stage 1") and f"--out {s1.out}" in recipe[0]
     assert "--max-steps 2" in recipe[0] and recipe[1].startswith("samelang train reranker --stage 2")
+    assert f"Stage-1 teacher: `{s1.teacher}`" in card and s1.teacher != s2.teacher
     assert not (s2.out / "checkpoints").exists()
 
 

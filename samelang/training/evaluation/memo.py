@@ -10,7 +10,12 @@ from pathlib import Path
 
 import numpy as np
 
+from samelang.core.models.precision import EngineOptions
+from samelang.core.models.reranker import CrossEncoderReranker
 from samelang.indexes.atomic import atomic_write_bytes
+from samelang.training.evaluation.reranker import score_identity
+
+SCORE_CACHE_VERSION = "pipeline-scores-v1"  # bump when what a cached score means changes
 
 
 def bootstrap_ci(values: np.ndarray, n: int = 1000, seed: int = 0) -> tuple[float, float]:
@@ -62,6 +67,21 @@ class CachedReranker:
         if cache_file and Path(cache_file).exists():
             z = np.load(cache_file)
             self._scores = dict(zip(z["keys"].tolist(), z["values"].tolist()))
+
+    @classmethod
+    def open(cls, path: Path, home: Path, precision: str = "auto", cache: bool = True) -> CachedReranker:
+        """The cross-encoder of folder ``path`` with its scores kept in ``home``'s cache (one file
+        per :func:`score_identity` and version: every evaluation that reranks shares it)."""
+        ce = CrossEncoderReranker(path, home=home, options=EngineOptions(precision=precision))
+        key = hashlib.sha256(f"{score_identity(ce)}|{SCORE_CACHE_VERSION}".encode()).hexdigest()[:20]
+        out = cls(ce, home / "cache" / f"pipeline-scores-{key}.npz" if cache else None)
+        out.fingerprint = ce.fingerprint
+        return out
+
+    @property
+    def model(self):
+        """The cross-encoder itself (what a latency measurement must run: nothing looked up)."""
+        return self._reranker
 
     @staticmethod
     def _key(query: str, doc: str) -> str:

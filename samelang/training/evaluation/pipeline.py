@@ -7,7 +7,7 @@ the served row is also measured through a real HTTP server with ``/answer``'s fi
 a real FAISS index of all 240 paragraphs x 12 languages (2,880; the pool). Only the models'
 outputs are memoised: query embeddings come from the cache ``samelang eval biencoder`` keeps
 (same model, same engine), and cross-encoder scores are kept on disk keyed by the model's
-fingerprint, its precision and :data:`SCORE_CACHE_VERSION`, so a stale score is never reused.
+fingerprint, its precision and :data:`.memo.SCORE_CACHE_VERSION`, so a stale score is never reused.
 
 Rows: every retriever x every reranker (``none``, the retriever's own cosine of the candidate
 shown, each cross-encoder) x every candidate strategy (``documents``: the top-20 documents;
@@ -41,7 +41,6 @@ rows' report and the memoised models are apart (:mod:`.pipeline_table`, :mod:`.m
 
 from __future__ import annotations
 
-import hashlib
 import os
 import statistics
 import time
@@ -59,7 +58,7 @@ from samelang.core.models.base_model import ensure_base_model
 from samelang.core.models.encoder import Encoder
 from samelang.core.models.generation import NoGenerator
 from samelang.core.models.precision import EngineOptions
-from samelang.core.models.reranker import CosineReranker, CrossEncoderReranker
+from samelang.core.models.reranker import CosineReranker
 from samelang.core.options import StrList
 from samelang.indexes.corpora import XQUAD_LANGS, load_xquad
 from samelang.indexes.index import open_index
@@ -81,9 +80,7 @@ from samelang.training.evaluation.pipeline_table import (
     markdown,
     write_doc_section,
 )
-from samelang.training.evaluation.reranker import score_identity
 
-SCORE_CACHE_VERSION = "pipeline-scores-v1"
 TOP_K, CANDIDATES, SAMPLE_PER_LANG = 10, 20, 48
 TARGETS = tuple(x for x in XQUAD_LANGS if x != "en")
 
@@ -156,12 +153,7 @@ class PipelineEvaluation:
     def _rerankers(self) -> dict[str, CachedReranker]:
         out = {}
         for name, path in self.cross_encoders.items():
-            ce = CrossEncoderReranker(path, home=self.home, options=EngineOptions(precision=self.precision))
-            ident = f"{score_identity(ce)}|{SCORE_CACHE_VERSION}"
-            key = hashlib.sha256(ident.encode()).hexdigest()[:20]
-            file = self.home / "cache" / f"pipeline-scores-{key}.npz" if self.cache else None
-            out[name] = CachedReranker(ce, file)
-            out[name].fingerprint = ce.fingerprint
+            out[name] = CachedReranker.open(path, self.home, self.precision, self.cache)
         return out
 
     def pipeline(self, r: Retriever, reranker, strategy: str, memo: bool = True, lexical: float = 0.0) -> Pipeline:

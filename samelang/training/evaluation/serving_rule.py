@@ -20,59 +20,85 @@ TIE = 0.05  # serving rule: means within this many points are equal (then the si
 # the product's promise: where the answer exists in the reader's language, that version comes first for at
 # least this share (%) of partial-translation questions (reader@1); a row below it is not served
 READER_FLOOR = 95.0
+RERANK_K = 20  # the candidates a reranked row's cross-encoder scores (the served rerank_k)
+# a row whose search the reader waits for longer than this (p50, ms, one request at a time on this CPU) is
+# not served: a reranker must pay for its quality within it
+LATENCY_CEILING_MS = 400.0
 
 
 @dataclass(frozen=True)
 class ShapeRow:
-    """One served configuration: a retriever (a model folder's name), BM25's weight, candidates."""
+    """One served configuration: a retriever (a model folder's name), BM25's weight, candidates, and
+    the cross-encoder that reranks the first :data:`RERANK_K` of them (``none``: no reranking)."""
 
     retriever: str
     lexical: float = 0.0
     candidates: str = "groups"
+    reranker: str = "none"
 
     @property
     def name(self) -> str:
         hybrid = f" + BM25 (w={self.lexical:g})" if self.lexical else ""
-        return f"{self.retriever}{hybrid} -> {self.candidates}"
+        reranked = f" -> {self.reranker} (top {RERANK_K})" if self.reranked else ""
+        return f"{self.retriever}{hybrid} -> {self.candidates}{reranked}"
+
+    @property
+    def reranked(self) -> bool:
+        return self.reranker != "none"
 
     @property
     def served(self) -> dict:
-        return {"retriever": self.retriever, "reranker": "none", "candidates": self.candidates, "rerank_k": 20,
-                "lexical_weight": self.lexical}  # fmt: skip
+        return {"retriever": self.retriever, "reranker": self.reranker, "candidates": self.candidates,
+                "rerank_k": RERANK_K, "lexical_weight": self.lexical}  # fmt: skip
 
 
 def primary(result: dict, shapes=SHAPES) -> dict[str, float]:
     return {s: result[s][PRIMARY[s]]["mean"] for s in shapes}
 
 
-def serving_rule(results: dict, baseline: ShapeRow, shapes=SHAPES) -> tuple[ShapeRow, dict]:
+def serving_rule(
+    results: dict, baseline: ShapeRow, shapes=SHAPES, latency: dict | None = None
+) -> tuple[ShapeRow, dict]:
     """The row to serve: the best mean of the shapes' primary metrics among the rows that no shape
-    puts more than 1 point below ``baseline`` (the base model, dense) and that keep partial
+    puts more than 1 point below ``baseline`` (the base model, dense), that keep partial
     translations' reader@1 at :data:`READER_FLOOR` or above (a row may find more answers by showing
-    readers another language's version first: it is not what the product promises); means within
-    :data:`TIE` points are equal, and then the simpler row wins (dense before hybrid, then one model
-    before two). Returns the row and, per row, its mean and what disqualifies it."""
+    readers another language's version first: it is not what the product promises) and whose p50
+    (``latency``: row -> ms, where measured) is within :data:`LATENCY_CEILING_MS`; means within
+    :data:`TIE` points are equal, and then the simpler row wins (dense before hybrid, then fewer
+    models: a fused retriever runs two, a reranker one more). Returns the row and, per row, its
+    mean and what disqualifies it."""
     base = primary(results[baseline], shapes)
+    latency = latency or {}
     verdict = {}
     for row, res in results.items():
         p = primary(res, shapes)
         below = [s for s in shapes if p[s] < base[s] - 1.0]
         reader = res.get("partial", {}).get("reader_at_1", {}).get("mean")
         floor = reader is not None and reader < READER_FLOOR
-        verdict[row] = {"mean": float(np.mean(list(p.values()))), "below_base": below, "reader_below_floor": floor}
-    ok = [r for r in results if not verdict[r]["below_base"] and not verdict[r]["reader_below_floor"]] or [baseline]
+        slow = latency.get(row, 0.0) > LATENCY_CEILING_MS
+        verdict[row] = {"mean": float(np.mean(list(p.values()))), "below_base": below, "reader_below_floor": floor,
+                        "too_slow": slow}  # fmt: skip
+    ok = [r for r, v in verdict.items() if not (v["below_base"] or v["reader_below_floor"] or v["too_slow"])]
+    ok = ok or [baseline]
     top = max(verdict[r]["mean"] for r in ok)
     tied = [r for r in ok if verdict[r]["mean"] >= top - TIE]
     return min(tied, key=lambda r: (r.lexical > 0, _models(r), -verdict[r]["mean"])), verdict
 
 
 def _models(row: ShapeRow) -> int:
-    """How many bi-encoders a row runs (a fused retriever's folder names two)."""
+    """How many models a row runs (a fused retriever's folder names two bi-encoders; a reranker is one more)."""
 
-    return 2 if (REPO_MODELS / row.retriever / "fused.json").exists() else 1
+    return (2 if (REPO_MODELS / row.retriever / "fused.json").exists() else 1) + row.reranked
 
 
-def markdown(results: dict, chosen: ShapeRow | None, split: str, http: dict | None = None) -> str:
+def markdown(
+    results: dict,
+    chosen: ShapeRow | None,
+    split: str,
+    http: dict | None = None,
+    latency: dict | None = None,
+    verdict: dict | None = None,
+) -> str:
     """One table per shape (every metric with its interval), then the primary metrics side by
     side (:func:`primary_table`), then per-language tables of each shape's primary metric."""
     lines = []
@@ -92,7 +118,7 @@ def markdown(results: dict, chosen: ShapeRow | None, split: str, http: dict | No
                 f"{h[m]['mean']:.1f} [{h[m]['ci95'][0]:.1f}, {h[m]['ci95'][1]:.1f}] ({h[m]['n']})" for m in metrics)
                 + " |")  # fmt: skip
         lines.append("")
-    lines += primary_table(results, chosen) + [""]
+    lines += primary_table(results, chosen, latency, verdict) + [""]
     for shape in shapes:
         m = PRIMARY[shape]
         extra = ["cross_at_1"] if shape == "partial" else []
@@ -106,22 +132,29 @@ def markdown(results: dict, chosen: ShapeRow | None, split: str, http: dict | No
     return "\n".join(lines)
 
 
-def primary_table(results: dict, chosen: ShapeRow | None) -> list[str]:
-    """The shapes' primary metrics side by side, their mean, and the shapes that put a row more
-    than 1 point below the first row (the base model, dense): what the serving rule reads."""
+def primary_table(
+    results: dict, chosen: ShapeRow | None, latency: dict | None = None, verdict: dict | None = None
+) -> list[str]:
+    """The shapes' primary metrics side by side, their mean, each row's p50 (``latency``, where
+    measured) and what disqualifies it (shapes more than 1 point below the first row, the base
+    model dense; reader@1 under the floor; too slow): what the serving rule reads (``verdict``:
+    the rule's own, when it compared some rows on other questions; default: computed here)."""
     rows = list(results)
     shapes = list(results[rows[0]])
-    verdict = serving_rule(results, rows[0], tuple(shapes))[1]
+    latency = latency or {}
+    verdict = verdict or serving_rule(results, rows[0], tuple(shapes), latency)[1]
     lines = [f"Primary metrics (the serving rule: best mean, no shape > 1 point below the base model dense, partial "
-             f"reader@1 >= {READER_FLOOR:g}):", "",
-             "| row | " + " | ".join(f"{s} {PRIMARY[s]}" for s in shapes) + " | mean | below base |",
-             "|---|" + "---|" * (len(shapes) + 2)]  # fmt: skip
+             f"reader@1 >= {READER_FLOOR:g}, p50 <= {LATENCY_CEILING_MS:g} ms):", "",
+             "| row | " + " | ".join(f"{s} {PRIMARY[s]}" for s in shapes) + " | mean | p50 ms | not served for |",
+             "|---|" + "---|" * (len(shapes) + 3)]  # fmt: skip
     for row in rows:
         p, v = primary(results[row], shapes), verdict[row]
         mark = " **served**" if row == chosen else ""
         cells = " | ".join(f"{p[s]:.1f}" for s in shapes)
-        why = v["below_base"] + (["reader@1 < floor"] if v.get("reader_below_floor") else [])
-        lines.append(f"| {row.name}{mark} | {cells} | {v['mean']:.2f} | {', '.join(why) or '-'} |")
+        why = v["below_base"] + (["reader@1 < floor"] if v["reader_below_floor"] else [])
+        why += ["p50 > ceiling"] if v["too_slow"] else []
+        ms = f"{latency[row]:.0f}" if row in latency else "-"
+        lines.append(f"| {row.name}{mark} | {cells} | {v['mean']:.2f} | {ms} | {', '.join(why) or '-'} |")
     return lines
 
 
@@ -135,7 +168,8 @@ def reader_table(results: dict, chosen: ShapeRow | None, mine: str | None = None
     cols = [c for c in cols if c[0] in next(iter(results.values()))]
     lines = ["| row | " + " | ".join(f"{s} {m}" for s, m in cols) + " |", "|---|" + "---|" * len(cols)]
     for row, res in results.items():
-        mark = (" **served**" if row == chosen else "") + (" (this model)" if mine and row.retriever == mine else "")
+        own = mine and mine in (row.retriever, row.reranker)
+        mark = (" **served**" if row == chosen else "") + (" (this model)" if own else "")
         lines.append(f"| {row.name}{mark} | " + " | ".join(f"{res[s][m]['mean']:.1f}" for s, m in cols) + " |")
     return lines
 

@@ -28,23 +28,30 @@ The primary metric of each shape (what the serving rule averages): parallel nDCG
 found@1, one found@1, mono nDCG@10. 95% intervals: percentile bootstrap over queries (1,000
 resamples, seed 0). Model outputs are memoised (query and passage vectors from the caches of
 ``samelang eval biencoder``: the same model, the same engine), so a row costs only its searches.
+
+Reranked rows (a cross-encoder over the first :data:`~.serving_rule.RERANK_K` candidates) cost a
+cross-encoder pass per candidate (~1 s per search on 2 cores), so they run on
+:data:`RERANK_PER_LANG` fixed question positions per language, the same positions in every
+language (a seeded hash); their scores are kept on disk (:class:`~.memo.CachedReranker`) and
+they are compared with their retriever on those same questions (:meth:`ShapeJudge.same_questions`).
+Every row's p50 is measured with the real models, nothing memoised, one search at a time, on
+:data:`LATENCY_PER_LANG` of those questions per language over the partial-translation index
+(the users' shape).
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
 import numpy as np
 from tqdm.auto import tqdm
 
 from samelang.core.metrics import audit as A
-from samelang.core.models.folder import replace_section
 from samelang.core.models.generation import NoGenerator
 from samelang.core.models.precision import EngineOptions
 from samelang.core.models.reranker import CosineReranker
@@ -53,40 +60,19 @@ from samelang.indexes.corpora.records import Document
 from samelang.indexes.index import open_index
 from samelang.indexes.langid import get_identifier
 from samelang.indexes.writes import build_index
-from samelang.service.components import Components, load_components
-from samelang.service.config import ServiceSettings
 from samelang.service.limits import Limits
 from samelang.service.pipeline import Pipeline
-from samelang.service.registry import (
-    BASE,
-    REPO_MODELS,
-    SERVED_DEFAULTS,
-    open_encoder,
-    resolve_model,
-    shipped_biencoders,
-)
+from samelang.service.registry import open_encoder, resolve_model
 from samelang.service.results import Defaults, SearchOptions
-from samelang.training.data import dev_articles
 from samelang.training.evaluation.biencoder import embed_xquad
-from samelang.training.evaluation.common import Report
-from samelang.training.evaluation.memo import MemoEncoder, bootstrap_ci
-from samelang.training.evaluation.serving_rule import (
-    PRIMARY,
-    SHAPES,
-    ShapeRow,
-    markdown,
-    primary_table,
-    reader_table,
-    serving_rule,
-    to_json,
-    write_serving,
-)
+from samelang.training.evaluation.memo import CachedReranker, MemoEncoder, bootstrap_ci
+from samelang.training.evaluation.serving_rule import PRIMARY, RERANK_K, SHAPES, ShapeRow
 
 P_EN, P_OTHER = 0.6, 0.25
-# BM25 weights the shipped bi-encoders' hybrid rows run with (the fused grid's range,
-# scripts/experiments/fused_grid.py: 0.04 keeps more cross-language answers, 0.08 ranks the reader's language best)
-HYBRID_WEIGHTS = (0.04, 0.08)
-DEV_ARTICLES = 3  # the trainers' default --dev-n-articles: the train articles no model here trains on
+# questions per language a reranked row runs on (288 in all: a found@1 near 70% has a 95% interval of about
+# +-5 points, a paired difference with its retriever less), and of those, questions per language each
+# row's p50 is measured on (24 searches)
+RERANK_PER_LANG, LATENCY_PER_LANG = 24, 2
 SHAPES_VERSION = "shapes-v1"  # the constructions' identity (part of every shape index's folder name)
 
 
@@ -195,17 +181,37 @@ class ShapeJudge:
     shapes: tuple[str, ...] = SHAPES
     max_paragraphs: int | None = None  # tiny runs: the first N paragraphs per language ...
     max_questions: int | None = None  # ... and the first N questions per language
+    articles: tuple[int, ...] | None = None  # only these articles' questions (the pools stay the split's)
     log: Callable[[str], None] = print
     memo: bool = True  # vectors of every split text from the embedding caches (False: tiny runs encode what they use)
     encoders: dict = field(default_factory=dict)  # retriever name -> memoised encoder
     per_query: dict = field(default_factory=dict)  # row -> shape -> per-query metric arrays (for held_out)
+    rerankers: dict = field(default_factory=dict)  # cross-encoder name -> its scores kept on disk
+    latency: dict = field(default_factory=dict)  # row -> p50 ms of Pipeline.search, real models
+    measure_latency: bool = True
 
     def __post_init__(self):
         per_lang = {x: A.xquad_queries([x], self.split) for x in XQUAD_LANGS}
         groups = set(pool_groups(self.split, self.max_paragraphs))
-        keep = {x: [q for q in per_lang[x] if q.group in groups][: self.max_questions] for x in XQUAD_LANGS}
+        keep = {x: [q for q in per_lang[x] if q.group in groups and self._asked(q)][: self.max_questions]
+                for x in XQUAD_LANGS}  # fmt: skip
         self.queries = [q for x in XQUAD_LANGS for q in keep[x]]
         self.qlang = np.array([q.lang for q in self.queries])
+        self.position = np.array([i for x in XQUAD_LANGS for i in range(len(keep[x]))])  # the question, any language
+        self.reranked_questions = self._reranked_questions()
+
+    def _asked(self, q) -> bool:
+        return self.articles is None or int(q.group.split("-")[1]) in self.articles
+
+    def _reranked_questions(self) -> np.ndarray:
+        """Where reranked rows run (a mask over ``queries``): :data:`RERANK_PER_LANG` fixed positions."""
+        n = int(self.position.max()) + 1 if self.queries else 0
+        chosen = sorted(range(n), key=lambda i: _u("rerank-sample", self.split, i))[:RERANK_PER_LANG]
+        return np.isin(self.position, chosen)
+
+    def row_questions(self, row: ShapeRow) -> np.ndarray:
+        """Indices into ``queries`` that ``row`` runs on (reranked rows: :meth:`_reranked_questions`)."""
+        return np.flatnonzero(self.reranked_questions) if row.reranked else np.arange(len(self.queries))
 
     # -- encoders and indexes ---------------------------------------------------------------
     def encoder(self, name: str):
@@ -243,45 +249,84 @@ class ShapeJudge:
                         source=f"xquad-shape:{shape}:{self.split}", analyzer=enc.analyzer)  # fmt: skip
         return out
 
+    def cross_encoder(self, name: str) -> CachedReranker:
+        """The cross-encoder ``name`` (a folder under ``models/``) at the precision ``samelang serve``
+        picks on this machine, its scores kept in the cache (misses scored by the model)."""
+        if name not in self.rerankers:
+            self.rerankers[name] = CachedReranker.open(resolve_model(name, self.home), self.home)
+        return self.rerankers[name]
+
     def pipeline(self, row: ShapeRow, shape: str) -> Pipeline:
         enc = self.encoder(row.retriever)
         index = open_index(self.index("parallel" if shape == "mono" else shape, enc), enc.info)
-        defaults = Defaults(rerank=False, group_candidates=row.candidates == "groups", lexical_weight=row.lexical)
-        return Pipeline(enc, index, CosineReranker(enc), NoGenerator(), get_identifier(), Limits(), defaults=defaults)
+        reranker = self.cross_encoder(row.reranker) if row.reranked else CosineReranker(enc)
+        defaults = Defaults(rerank=row.reranked, rerank_k=RERANK_K, group_candidates=row.candidates == "groups",
+                            lexical_weight=row.lexical)  # fmt: skip
+        return Pipeline(enc, index, reranker, NoGenerator(), get_identifier(), Limits(), defaults=defaults)
 
     # -- one row ------------------------------------------------------------------------------
-    def search_lists(self, pipe: Pipeline, shape: str, desc: str) -> list[list[str]]:
+    def search_lists(self, pipe: Pipeline, shape: str, desc: str, which: np.ndarray | None = None) -> list[list[str]]:
+        """The ids each question's search lists (``which``: indices into ``queries``; default all)."""
         lists = []
-        for q in tqdm(self.queries, desc=desc, unit="q", leave=False):
+        which = np.arange(len(self.queries)) if which is None else which
+        for j, i in enumerate(tqdm(which, desc=desc, unit="q", leave=False)):
+            q = self.queries[i]
             langs = (q.lang,) if shape == "mono" else None
             res = pipe.search(q.query, SearchOptions(k=10, langs=langs))
             lists.append([h.doc.id for h in res.hits])
+            if isinstance(pipe.reranker, CachedReranker) and j % 48 == 47:
+                pipe.reranker.save()  # a long row that is stopped keeps what it scored
+        if isinstance(pipe.reranker, CachedReranker):
+            pipe.reranker.save()
         return lists
+
+    def scores(self, shape: str, lists: list[list[str]], which: np.ndarray) -> dict[str, np.ndarray]:
+        """Per-query metrics over all ``queries`` (NaN where a question was not run: not counted)."""
+        per = score_lists(shape, lists, [self.queries[i] for i in which], self.present(shape))
+        full = {m: np.full(len(self.queries), np.nan) for m in per}
+        for m, v in per.items():
+            full[m][which] = v
+        return full
 
     def evaluate(self, row: ShapeRow) -> dict:
         out = {}
+        which = self.row_questions(row)
         for shape in self.shapes:
             t0 = time.perf_counter()
             pipe = self.pipeline(row, shape)
-            lists = self.search_lists(pipe, shape, f"{row.name}: {shape}")
-            per = score_lists(shape, lists, self.queries, self.present(shape))
+            per = self.scores(shape, self.search_lists(pipe, shape, f"{row.name}: {shape}", which), which)
             self.per_query.setdefault(row, {})[shape] = per
             out[shape] = summarise(per, self.qlang)
             out[shape]["seconds"] = round(time.perf_counter() - t0, 1)
             pipe.index.close()
+        if self.measure_latency:
+            self.latency[row] = self.p50_ms(row)
         return out
 
-    def held_out(self, articles: tuple[int, ...]) -> dict[ShapeRow, dict] | None:
-        """Every row's metrics on the questions of ``articles`` only, over the same pools (``None``
-        when no question is theirs: a tiny run). Why: the trainers here train on every train
-        article but the dev ones (:func:`samelang.training.data.dev_articles`), so a trained model
-        is judged in-sample on the others; the dev articles' questions are the train side's only
-        questions that no compared model has seen."""
-        keep = np.array([int(q.group.split("-")[1]) in articles for q in self.queries])
-        if not keep.any():
-            return None
-        return {row: {s: summarise({m: v[keep] for m, v in per.items()}, self.qlang[keep]) for s, per in shapes.items()}
-                for row, shapes in self.per_query.items()}  # fmt: skip
+    def p50_ms(self, row: ShapeRow) -> float:
+        """p50 ms of ``Pipeline.search`` for ``row`` with the real models (nothing looked up), one
+        search at a time, over the partial-translation index, on :data:`LATENCY_PER_LANG` of the
+        reranked rows' questions per language (after one warm-up search)."""
+        pipe = self.pipeline(row, "partial" if "partial" in self.shapes else self.shapes[0])
+        real = pipe.replace(encoder=pipe.encoder._encoder,
+                            reranker=pipe.reranker.model if row.reranked else pipe.reranker)  # fmt: skip
+        which = np.flatnonzero(self.reranked_questions)
+        firsts = [i for x in XQUAD_LANGS for i in which[self.qlang[which] == x][:LATENCY_PER_LANG]]
+        real.search(self.queries[firsts[0]].query, SearchOptions(k=10))
+        times = []
+        for i in firsts:
+            t0 = time.perf_counter()
+            real.search(self.queries[i].query, SearchOptions(k=10))
+            times.append(1000 * (time.perf_counter() - t0))
+        pipe.index.close()
+        return float(statistics.median(times))
+
+    def same_questions(self, row: ShapeRow, like: ShapeRow) -> dict:
+        """``row``'s metrics on the questions ``like`` ran on (a reranked row's retriever, compared
+        on its reranker's questions)."""
+        keep = ~np.isnan(self.per_query[like][self.shapes[0]][PRIMARY[self.shapes[0]]])
+        return {s: summarise({m: np.where(keep, v, np.nan) for m, v in per.items()}, self.qlang)
+                for s, per in self.per_query[row].items()}  # fmt: skip
 
     def present(self, shape: str) -> set:
         return present_versions(shape, pool_groups(self.split, self.max_paragraphs))
@@ -290,125 +335,8 @@ class ShapeJudge:
         results = {}
         for row in rows:
             results[row] = self.evaluate(row)
-            self.log(f"{row.name}: " + ", ".join(f"{s} {results[row][s][PRIMARY[s]]['mean']:.1f}" for s in self.shapes))
+            p50 = f", p50 {self.latency[row]:.0f} ms" if row in self.latency else ""
+            n = f" ({len(self.row_questions(row))} questions)" if row.reranked else ""
+            self.log(f"{row.name}{n}: " + ", ".join(f"{s} {results[row][s][PRIMARY[s]]['mean']:.1f}"
+                                                    for s in self.shapes) + p50)  # fmt: skip
         return results
-
-
-# ----------------------------------------------------------------------------- the serving rule
-
-
-def served_over_http(judge: ShapeJudge, row: ShapeRow, shipped: bool = False) -> dict:
-    """The served row as a client gets it: the app ``samelang serve`` builds (``create_app``) over
-    each shape's index, a real uvicorn server, ``POST /search`` for every query (the shape's
-    language filter for mono); metrics as for the rows. ``shipped``: the components are loaded as
-    ``samelang serve`` loads them with no flag but ``--index`` (``models/serving.json``'s defaults),
-    and checked to be ``row``'s. The model outputs come from the same memo as the rows'."""
-
-    from samelang.service.api.app import create_app  # deferred: brings fastapi, starlette only when this runs
-    from samelang.service.api.server import serve_in_thread  # deferred: brings fastapi only when this runs
-
-    out = {}
-    for shape in judge.shapes:
-        pipe = judge.pipeline(row, shape)
-        cfg = ServiceSettings(home=judge.home, index=pipe.index.path, generator="none", micro_batching=False,
-                              index_reload_s=0)  # fmt: skip
-        if shipped:
-            loaded = load_components(cfg).pipeline
-            got = (loaded.encoder.fingerprint, loaded.defaults.lexical_weight, loaded.defaults.group_candidates)
-            want = (pipe.encoder.fingerprint, row.lexical, row.candidates == "groups")
-            if got != want or loaded.defaults.rerank:
-                raise RuntimeError(f"samelang serve loads {got} (rerank {loaded.defaults.rerank}), not {row.name}")
-            pipe.index.close()
-            pipe = loaded.replace(encoder=pipe.encoder, reranker=pipe.reranker)  # the memo: the same model's outputs
-        app = create_app(cfg, Components(pipe))
-        lists = []
-        with serve_in_thread(app) as url, httpx.Client(base_url=url, timeout=600) as client:
-            for q in tqdm(judge.queries, desc=f"HTTP /search: {shape}", unit="q", leave=False):
-                body = {"query": q.query, "k": 10, **({"langs": [q.lang]} if shape == "mono" else {})}
-                hits = client.post("/search", json=body).raise_for_status().json()["hits"]
-                lists.append([h["id"] for h in hits])
-        out[shape] = summarise(score_lists(shape, lists, judge.queries, judge.present(shape)), judge.qlang)
-        pipe.index.close()
-    return out
-
-
-# ----------------------------------------------------------------------------- the command
-def default_rows(lexical: dict[str, float]) -> list[ShapeRow]:
-    """The rows judged: the base model dense (the rule's floor), the base model's hybrid at its
-    tuned weight, every shipped bi-encoder (seed 000's, :func:`shipped_biencoders`) dense and hybrid
-    at each of :data:`HYBRID_WEIGHTS` (the train-article shapes choose among them, as they choose
-    the row), and every fused retriever with the BM25 weight it was tuned with."""
-
-    rows = [ShapeRow(BASE), ShapeRow(BASE, lexical.get(BASE, 0.08))]
-    for folder in shipped_biencoders():
-        rows += [ShapeRow(folder.name), *(ShapeRow(folder.name, w) for w in HYBRID_WEIGHTS)]
-    for folder in sorted(REPO_MODELS.glob("*/fused.json")):
-        rows.append(ShapeRow(folder.parent.name, fused_weight(folder.parent.name)))
-    return rows
-
-
-def fused_weight(name: str) -> float | None:
-    """The BM25 weight a fused retriever (``models/<name>/fused.json``) was tuned with and is served
-    with; ``None`` for any other retriever."""
-    cfg = REPO_MODELS / name / "fused.json"
-    return float(json.loads(cfg.read_text()).get("lexical_weight", 0.0)) if cfg.exists() else None
-
-
-def run_shapes(options, doc: Path | None = None, log=print):
-    """``samelang eval pipeline --shapes``: every row on the train-article shapes (the serving rule
-    chooses on their dev articles' questions, :meth:`ShapeJudge.held_out`), then on the
-    test-article shapes (the report), the chosen row also through HTTP; ``--card`` writes
-    ``models/serving.json`` and ``docs/evaluation.md``'s section; ``--tiny``: a few paragraphs
-    and questions of each shape, nothing written but the report (seconds)."""
-    from samelang.training.evaluation.fusion import tuned_weights  # deferred: keeps torch out of start-up
-
-    home = options.home
-    t0 = time.perf_counter()
-    tiny = dict(max_paragraphs=3, max_questions=2, memo=False) if options.tiny else {}
-    rows = default_rows(tuned_weights())
-    train = ShapeJudge(home, split="train", log=log, **tiny)
-    log(f"train-article shapes ({len(train.queries)} questions): the serving rule chooses on the dev articles'")
-    train_res = train.run(rows)
-    dev_res = train.held_out(dev_articles(DEV_ARTICLES))
-    chosen, verdict = serving_rule(dev_res or train_res, rows[0])
-    log(f"chosen on the dev articles' questions: {chosen.name}" if dev_res else f"chosen (tiny: all): {chosen.name}")
-    test = ShapeJudge(home, split="test", log=log, encoders=train.encoders if options.tiny else {}, **tiny)
-    log(f"test-article shapes ({len(test.queries)} questions): the report")
-    test_res = test.run(rows)
-    command = (
-        "samelang eval pipeline --shapes" + (" --tiny" if options.tiny else "") + (" --card" if options.card else "")
-    )
-    card = options.card and not options.tiny
-    if card:  # written before the HTTP check, which then loads what `samelang serve` loads
-        write_serving(SERVED_DEFAULTS, chosen, dev_res or train_res, test_res, verdict, command)
-    http = served_over_http(test, chosen, shipped=card) if options.http else None
-    minutes = (time.perf_counter() - t0) / 60
-    how = (f"Questions: {len(test.queries)} test-article questions in 12 languages ({len(train.queries)} train-article "
-           f"questions chose the row); 10 hits per search. Command: `{command}` ({minutes:.0f} min).")  # fmt: skip
-    dev_table = ("### Chosen on the dev articles' questions\n\n" + "\n".join(primary_table(dev_res, chosen)) + "\n\n"
-                 if dev_res else "")  # fmt: skip
-    table = (dev_table + "### The train-article shapes (every train question: in-sample for trained models)\n\n"
-             + markdown(train_res, chosen, "train")
-             + "\n\n### Reported on the test-article shapes\n\n" + markdown(test_res, chosen, "test", http)
-             + "\n\n" + how)  # fmt: skip
-    data = {"chosen": chosen.name, "served": chosen.served, "train": to_json(train_res), "test": to_json(test_res),
-            "dev": to_json(dev_res) if dev_res else None,
-            "http": http, "verdict": {r.name: v for r, v in verdict.items()}, "minutes": round(minutes, 1),
-            "command": command}  # fmt: skip
-    report = Report(table, data)
-    report.write(options.out / ("shapes-tiny" if options.tiny else "shapes"))
-    if card:
-        if doc is not None:
-            replace_section(doc, SHAPES_SECTION, table + "\n")
-        for name in dict.fromkeys(r.retriever for r in rows):  # every judged model's own card
-            card = REPO_MODELS / name / "README.md"
-            if card.exists():
-                body = "\n".join(["On the test-article shapes (`samelang eval pipeline --shapes`).", "",
-                                   *reader_table(test_res, chosen, name), "", *primary_table(test_res, chosen),
-                                   "", how])  # fmt: skip
-                replace_section(card, SHAPES_SECTION, body + "\n")
-        log(f"served defaults -> {SERVED_DEFAULTS}")
-    return report
-
-
-SHAPES_SECTION = "## What the reader gets, per collection shape"
