@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import io
+import statistics
+import time
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +15,7 @@ import numpy as np
 from samelang.core.models.precision import EngineOptions
 from samelang.core.models.reranker import CrossEncoderReranker
 from samelang.indexes.atomic import atomic_write_bytes
+from samelang.service.results import SearchOptions
 from samelang.training.evaluation.reranker import score_identity
 
 SCORE_CACHE_VERSION = "pipeline-scores-v1"  # bump when what a cached score means changes
@@ -26,6 +29,18 @@ def bootstrap_ci(values: np.ndarray, n: int = 1000, seed: int = 0) -> tuple[floa
     rng = np.random.default_rng(seed)
     means = v[rng.integers(0, v.size, size=(n, v.size))].mean(axis=1)
     return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
+
+
+def search_p50_ms(pipe, queries: list[str], k: int) -> float:
+    """p50 ms of ``pipe.search`` (a :class:`~samelang.service.pipeline.Pipeline` with the real models:
+    nothing looked up), one search at a time over ``queries``, after one warm-up search."""
+    pipe.search(queries[0], SearchOptions(k=k))
+    times = []
+    for q in queries:
+        t0 = time.perf_counter()
+        pipe.search(q, SearchOptions(k=k))
+        times.append(1000 * (time.perf_counter() - t0))
+    return float(statistics.median(times))
 
 
 class MemoEncoder:

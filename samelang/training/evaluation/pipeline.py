@@ -42,7 +42,6 @@ rows' report and the memoised models are apart (:mod:`.pipeline_table`, :mod:`.m
 from __future__ import annotations
 
 import os
-import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -71,7 +70,7 @@ from samelang.service.registry import ALIGNED_BIENCODER, BASE, LAMAR_RERANKER, e
 from samelang.service.results import Defaults, SearchOptions
 from samelang.training.evaluation.biencoder import embed_xquad
 from samelang.training.evaluation.common import EvalOptions, Report
-from samelang.training.evaluation.memo import CachedReranker, MemoEncoder, bootstrap_ci
+from samelang.training.evaluation.memo import CachedReranker, MemoEncoder, bootstrap_ci, search_p50_ms
 from samelang.training.evaluation.pipeline_table import (
     STRATEGIES,
     Row,
@@ -261,15 +260,9 @@ class PipelineEvaluation:
     def latency(self, row: Row, r: Retriever, reranker) -> float:
         """p50 ms of ``Pipeline.search`` with the real models (nothing memoised), one at a time."""
         pipe = self.pipeline(r, reranker, row.strategy, memo=False, lexical=row.lexical)
-        qs = [self.queries[li * self.n_per_lang + int(i)] for li in range(len(self.langs))
+        qs = [self.queries[li * self.n_per_lang + int(i)].query for li in range(len(self.langs))
               for i in self.sample[: self.latency_queries]]  # fmt: skip
-        pipe.search(qs[0].query, SearchOptions(k=TOP_K))  # warm-up
-        times = []
-        for q in qs:
-            t0 = time.perf_counter()
-            pipe.search(q.query, SearchOptions(k=TOP_K))
-            times.append(1000 * (time.perf_counter() - t0))
-        return float(statistics.median(times))
+        return search_p50_ms(pipe, qs, TOP_K)
 
     # -- all rows --------------------------------------------------------------------------
     def run(self) -> list[Row]:

@@ -42,7 +42,6 @@ Every row's p50 is measured with the real models, nothing memoised, one search a
 from __future__ import annotations
 
 import hashlib
-import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -65,7 +64,7 @@ from samelang.service.pipeline import Pipeline
 from samelang.service.registry import open_encoder, resolve_model
 from samelang.service.results import Defaults, SearchOptions
 from samelang.training.evaluation.biencoder import embed_xquad
-from samelang.training.evaluation.memo import CachedReranker, MemoEncoder, bootstrap_ci
+from samelang.training.evaluation.memo import CachedReranker, MemoEncoder, bootstrap_ci, search_p50_ms
 from samelang.training.evaluation.serving_rule import PRIMARY, RERANK_K, SHAPES, ShapeRow
 
 P_EN, P_OTHER = 0.6, 0.25
@@ -188,7 +187,6 @@ class ShapeJudge:
     per_query: dict = field(default_factory=dict)  # row -> shape -> per-query metric arrays (for held_out)
     rerankers: dict = field(default_factory=dict)  # cross-encoder name -> its scores kept on disk
     latency: dict = field(default_factory=dict)  # row -> p50 ms of Pipeline.search, real models
-    measure_latency: bool = True
 
     def __post_init__(self):
         per_lang = {x: A.xquad_queries([x], self.split) for x in XQUAD_LANGS}
@@ -299,8 +297,7 @@ class ShapeJudge:
             out[shape] = summarise(per, self.qlang)
             out[shape]["seconds"] = round(time.perf_counter() - t0, 1)
             pipe.index.close()
-        if self.measure_latency:
-            self.latency[row] = self.p50_ms(row)
+        self.latency[row] = self.p50_ms(row)
         return out
 
     def p50_ms(self, row: ShapeRow) -> float:
@@ -312,19 +309,14 @@ class ShapeJudge:
                             reranker=pipe.reranker.model if row.reranked else pipe.reranker)  # fmt: skip
         which = np.flatnonzero(self.reranked_questions)
         firsts = [i for x in XQUAD_LANGS for i in which[self.qlang[which] == x][:LATENCY_PER_LANG]]
-        real.search(self.queries[firsts[0]].query, SearchOptions(k=10))
-        times = []
-        for i in firsts:
-            t0 = time.perf_counter()
-            real.search(self.queries[i].query, SearchOptions(k=10))
-            times.append(1000 * (time.perf_counter() - t0))
+        p50 = search_p50_ms(real, [self.queries[i].query for i in firsts], k=10)
         pipe.index.close()
-        return float(statistics.median(times))
+        return p50
 
     def same_questions(self, row: ShapeRow, like: ShapeRow) -> dict:
         """``row``'s metrics on the questions ``like`` ran on (a reranked row's retriever, compared
         on its reranker's questions)."""
-        keep = ~np.isnan(self.per_query[like][self.shapes[0]][PRIMARY[self.shapes[0]]])
+        keep = np.isin(np.arange(len(self.queries)), self.row_questions(like))
         return {s: summarise({m: np.where(keep, v, np.nan) for m, v in per.items()}, self.qlang)
                 for s, per in self.per_query[row].items()}  # fmt: skip
 
