@@ -187,6 +187,8 @@ class ShapeJudge:
     per_query: dict = field(default_factory=dict)  # row -> shape -> per-query metric arrays (for held_out)
     rerankers: dict = field(default_factory=dict)  # cross-encoder name -> its scores kept on disk
     latency: dict = field(default_factory=dict)  # row -> p50 ms of Pipeline.search, real models
+    latency_per_lang: int = LATENCY_PER_LANG  # searches per language each p50 is the median of
+    latency_langs: tuple[str, ...] = XQUAD_LANGS  # ... in these query languages (tiny runs: a few)
 
     def __post_init__(self):
         per_lang = {x: A.xquad_queries([x], self.split) for x in XQUAD_LANGS}
@@ -302,13 +304,13 @@ class ShapeJudge:
 
     def p50_ms(self, row: ShapeRow) -> float:
         """p50 ms of ``Pipeline.search`` for ``row`` with the real models (nothing looked up), one
-        search at a time, over the partial-translation index, on :data:`LATENCY_PER_LANG` of the
-        reranked rows' questions per language (after one warm-up search)."""
+        search at a time, over the partial-translation index, on ``latency_per_lang`` of the reranked
+        rows' questions in each of ``latency_langs`` (after one warm-up search)."""
         pipe = self.pipeline(row, "partial" if "partial" in self.shapes else self.shapes[0])
         real = pipe.replace(encoder=pipe.encoder._encoder,
                             reranker=pipe.reranker.model if row.reranked else pipe.reranker)  # fmt: skip
         which = np.flatnonzero(self.reranked_questions)
-        firsts = [i for x in XQUAD_LANGS for i in which[self.qlang[which] == x][:LATENCY_PER_LANG]]
+        firsts = [i for x in self.latency_langs for i in which[self.qlang[which] == x][: self.latency_per_lang]]
         p50 = search_p50_ms(real, [self.queries[i].query for i in firsts], k=10)
         pipe.index.close()
         return p50
