@@ -110,10 +110,21 @@ class Encoder:
         queued behind them."""
         return self
 
+    def encode_text(self, texts: list[str], prompt: str = "", pooled: bool = False) -> np.ndarray:
+        """Vectors of ``prompt + text`` for any prompt (text-embeddings-inference's routes: a client
+        that names no prompt gets none, as from TEI); ``pooled``: the mean-pooled vectors before L2
+        normalisation (TEI's ``normalize: false``; nothing here searches with them)."""
+        if len(texts) == 0:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return self.engine.run([prompt + t for t in texts], raw=pooled)
+
+    def prompt(self, passages: bool = False) -> str:
+        """The text put before a query (or a passage) when it is encoded: e5's ``query: `` / ``passage: ``."""
+        return self._passage_prompt if passages else self._query_prompt
+
     def count_tokens(self, texts: list[str], passages: bool = False) -> list[int]:
         """Tokens each text is encoded as, prompt and special tokens included (after truncation)."""
-        prompt = self._passage_prompt if passages else self._query_prompt
-        return self.engine.token_counts([prompt + t for t in texts])
+        return self.engine.token_counts([self.prompt(passages) + t for t in texts])
 
     @functools.cached_property
     def analyzer(self) -> tuple[str, object]:

@@ -228,6 +228,13 @@ class InferenceEngine:
         the OpenAI- and Cohere-shaped routes report."""
         return [len(x) for x in self._tokenise(inputs)] if inputs else []
 
+    def overflowing(self, inputs: list) -> list[bool]:
+        """Whether each input is longer than the model's window (and so would be cut): what a route
+        that promises not to cut (TEI's ``truncate: false``) refuses."""
+        pairs = self.kind == Head.SCORE
+        enc = self.tokenizer.encode_batch([(str(a), str(b)) for a, b in inputs] if pairs else [str(t) for t in inputs])
+        return [bool(e.overflowing) for e in enc]
+
     def truncate_text(self, text: str, n_tokens: int) -> str:
         """``text`` cut after its first ``n_tokens`` tokens (special tokens not counted), at a
         character boundary the tokenizer reports: Cohere's ``max_tokens_per_doc``."""
@@ -250,8 +257,9 @@ class InferenceEngine:
                 mask[r, : lengths[i]] = 1
             yield batch, input_ids, mask
 
-    def run(self, inputs: list, progress: bool = False) -> np.ndarray:
-        """Embeddings (n, dim) or scores (n,) for ``inputs`` (texts, or (query, document) pairs)."""
+    def run(self, inputs: list, progress: bool = False, raw: bool = False) -> np.ndarray:
+        """Embeddings (n, dim) or scores (n,) for ``inputs`` (texts, or (query, document) pairs);
+        ``raw``: the mean-pooled embeddings before L2 normalisation, the logits before the activation."""
         if len(inputs) == 0:
             return np.zeros((0,) if self.kind == Head.SCORE else (0, 0), dtype=np.float32)
         out: np.ndarray | None = None
@@ -264,8 +272,8 @@ class InferenceEngine:
         bar.close()
         if self.kind == Head.SCORE:
             s = out[:, 0]
-            return self.activation(s) if self.activation is not None else s
-        return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+            return self.activation(s) if self.activation is not None and not raw else s
+        return out if raw else out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
 
     def _forward(self, batches):
         """(indices, outputs) per batch. On ONNX up to ``parallel_batches`` batches run at once on the

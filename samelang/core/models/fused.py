@@ -155,6 +155,14 @@ class FusedEncoder:
     def unbatched(self) -> FusedEncoder:
         return self
 
+    def prompt(self, passages: bool = False) -> str:
+        return self.same.prompt(passages)
+
+    def encode_text(self, texts: list[str], prompt: str = "", pooled: bool = False) -> np.ndarray:
+        """Both halves' vectors of ``prompt + text``, joined. ``pooled`` changes nothing: a fused vector
+        is two unit halves joined and has no form before normalisation."""
+        return self.join(self.same.encode_text(texts, prompt), self.cross.encode_text(texts, prompt))
+
     def count_tokens(self, texts: list[str], passages: bool = False) -> list[int]:
         return self.same.count_tokens(texts, passages)
 

@@ -98,6 +98,10 @@ class CrossEncoderReranker:
     def truncate(self, text: str, n_tokens: int) -> str:
         return self.engine.truncate_text(text, n_tokens)
 
+    def overflowing(self, query: str, documents: list[str]) -> list[bool]:
+        """Whether each (query, document) pair is longer than the model's window (and so is cut)."""
+        return self.engine.overflowing([(query, d) for d in documents])
+
 
 class CosineReranker:
     """Fallback: cosine between the query and document embeddings of the served bi-encoder."""
@@ -119,6 +123,17 @@ class CosineReranker:
 
     def truncate(self, text: str, n_tokens: int) -> str:
         return self.encoder.engine.truncate_text(text, n_tokens)
+
+    @property
+    def max_length(self) -> int:
+        """The bi-encoder's window, in tokens."""
+        return self.encoder.engine.max_length
+
+    def overflowing(self, query: str, documents: list[str]) -> list[bool]:
+        """Whether each document (with the query: whether it) is longer than the model's window."""
+        engine, prompt = self.encoder.engine, self.encoder.prompt(passages=True)
+        long_query = engine.overflowing([self.encoder.prompt() + query])[0]
+        return [long_query or x for x in engine.overflowing([prompt + d for d in documents])]
 
     @staticmethod
     def score_vectors(query_vector: np.ndarray, vectors: np.ndarray) -> np.ndarray:

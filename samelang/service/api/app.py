@@ -11,6 +11,7 @@ import time
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import anyio
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.openapi.utils import get_openapi
@@ -22,6 +23,7 @@ from samelang.core.work import Budget, Cancelled
 from samelang.service.api import compat_protocol as C
 from samelang.service.api import errors
 from samelang.service.api import protocol as P
+from samelang.service.api import tei_protocol as T
 from samelang.service.api.handlers import Handlers
 from samelang.service.api.middleware import GuardMiddleware, RequestIdMiddleware
 from samelang.service.api.prometheus import Metrics, MetricsMiddleware
@@ -99,9 +101,13 @@ def _router() -> APIRouter:
     async def search(req: P.SearchRequest, request: Request):
         return await bounded(request, handle(request).search, req)
 
-    @r.post("/rerank", response_model=P.RerankResponse, responses=_responses(WORK_ERRORS))
-    async def rerank(req: P.RerankRequest, request: Request):
-        return await bounded(request, handle(request).rerank, req)
+    @r.post("/rerank", response_model=P.RerankResponse | list[T.Rank], responses=_responses(WORK_ERRORS))
+    async def rerank(req: T.AnyRerankRequest, request: Request):
+        """The served reranker's scores. A body with ``documents`` is samelang's (``RerankRequest``);
+        one with ``texts`` is text-embeddings-inference's (``TeiRerankRequest``: a list of
+        ``{index, score, text?}`` comes back, best first), so TEI's clients work unchanged."""
+        h = handle(request)
+        return await bounded(request, h.tei_rerank if isinstance(req, T.TeiRerankRequest) else h.rerank, req)
 
     @r.post("/answer", response_model=P.AnswerResponse, responses={**_responses(
         {**WORK_ERRORS, 503: "the generator is down (the retrieved passages come with it), the request's time budget "
@@ -134,9 +140,13 @@ def _router() -> APIRouter:
 
     @r.get("/info", responses=_responses({401: ERRORS[401]}))
     async def info(request: Request):
+        """samelang's description of what it serves, with text-embeddings-inference's fields beside it
+        (``model_id``, ``max_input_length``, ...: those of the served bi-encoder)."""
         loaded = request.app.state.components.info
         memory = {**loaded.get("memory", {}), **memory_now()}
-        return {**describe(handle(request).pipeline, request.app.state.settings), **loaded, "memory": memory}
+        threads = anyio.to_thread.current_default_thread_limiter().total_tokens
+        tei = handle(request).tei_info(int(threads), request.app.version).model_dump()
+        return {**tei, **describe(handle(request).pipeline, request.app.state.settings), **loaded, "memory": memory}
 
     @r.get("/metrics", response_class=PlainTextResponse, responses=_responses({401: ERRORS[401]}))
     async def metrics(request: Request):
@@ -165,6 +175,21 @@ def _compat_router() -> APIRouter:
         r.add_api_route(path, compat_rerank, methods=["POST"], response_model=C.CompatRerankResponse,
                         responses=_responses(WORK_ERRORS))  # fmt: skip
 
+    async def tei_embed(req: T.EmbedRequest, request: Request):
+        """text-embeddings-inference's embed route over the served bi-encoder (for Haystack's TEI embedders,
+        LangChain's HuggingFaceEndpointEmbeddings, huggingface_hub's InferenceClient): the vectors of
+        ``POST /v1/embeddings``. ``POST /`` is the same route, as TEI serves an embedding model."""
+        return await bounded(request, handle(request).tei_embed, req)
+
+    for path in ("/embed", "/"):
+        r.add_api_route(path, tei_embed, methods=["POST"], response_model=list[list[float]],
+                        responses=_responses(WORK_ERRORS))  # fmt: skip
+
+    @r.post("/tokenize", response_model=list[list[T.SimpleToken]], responses=_responses(WORK_ERRORS))
+    async def tei_tokenize(req: T.TokenizeRequest, request: Request):
+        """text-embeddings-inference's tokenize route: how the served bi-encoder splits each text."""
+        return await bounded(request, handle(request).tei_tokenize, req)
+
     @r.get("/v1/models", response_model=C.ModelList, responses=_responses({401: ERRORS[401]}))
     async def models(request: Request):
         return handle(request).models()
@@ -192,7 +217,12 @@ def _openapi_with_limits(app: FastAPI, cfg: ServiceSettings):
             doc["maxLength"] = min(cfg.max_document_chars, P.MAX_DOCUMENT_CHARS)
             schemas = schema["components"]["schemas"]
             schemas["CompatRerankRequest"]["properties"]["documents"]["maxItems"] = props["documents"]["maxItems"]
-            for sub in schemas["EmbeddingsRequest"]["properties"]["input"]["anyOf"]:
+            tei = schemas["TeiRerankRequest"]["properties"]["texts"]
+            tei["maxItems"] = props["documents"]["maxItems"]
+            tei["items"]["maxLength"] = min(cfg.max_document_chars, P.MAX_DOCUMENT_CHARS)
+            inputs = (schemas[name]["properties"][field]["anyOf"]
+                      for name, field in (("EmbeddingsRequest", "input"), ("EmbedRequest", "inputs")))  # fmt: skip
+            for sub in (sub for anyof in inputs for sub in anyof):
                 if sub.get("type") == "array":
                     sub["maxItems"] = min(cfg.max_embedding_inputs, C.MAX_EMBEDDING_INPUTS)
             diag = schema["components"]["schemas"]["DiagnoseRequest"]["properties"]["queries"]

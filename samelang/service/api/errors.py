@@ -37,8 +37,10 @@ def error_response(status: int, error: str, detail: str, request: Request | None
 
 
 def _field(loc) -> str:
-    # "object": the tag of {id, text} documents; a field name may hold a lone surrogate: escape it
-    parts = [str(p).encode("utf-8", "backslashreplace").decode() for p in loc if p not in ("body", "object")]
+    # "object": the tag of {id, text} documents, "samelang" / "tei": of the two /rerank bodies; a field
+    # name may hold a lone surrogate: escape it
+    tags = ("body", "object", "samelang", "tei")
+    parts = [str(p).encode("utf-8", "backslashreplace").decode() for p in loc if p not in tags]
     out = ""
     for p in parts:
         out += f"[{p}]" if p.isdigit() else (f".{p}" if out else p)

@@ -13,9 +13,11 @@ import numpy as np
 from pydantic import BaseModel
 
 from samelang.core.metrics.audit import LabelledQuery
+from samelang.core.models.reranker import BI_ENCODER_COSINE
 from samelang.indexes.vectors import normalise
 from samelang.service.api import compat_protocol as C
 from samelang.service.api import protocol as P
+from samelang.service.api import tei_protocol as T
 from samelang.service.diagnosis import dataset_queries, diagnose
 from samelang.service.errors import BadRequest
 from samelang.service.pipeline import Pipeline
@@ -196,6 +198,75 @@ class Handlers:
             C.ModelCard(id=reranker.name, created=int(Path(rerank_path).stat().st_mtime) if rerank_path else made,
                         task="rerank"),
         ])  # fmt: skip
+
+    # -- TEI-shaped routes (tei_protocol) ---------------------------------------------------
+    def _uncut(self, field: str, long: list[bool], window: int, what: str = "text") -> None:
+        """TEI's ``truncate: false``: a 422 naming the first input over the model's window."""
+        if any(long):
+            i = long.index(True)
+            raise BadRequest(f"{field}[{i}]", f"the {what} is longer than the model's {window}-token window; "
+                             "send truncate: true to cut it")  # fmt: skip
+
+    def tei_embed(self, req: T.EmbedRequest) -> list[list[float]]:
+        """``POST /embed``: ``/v1/embeddings``' vectors for the same texts and prompt, as TEI's list
+        (``normalize: false``: the same vectors before their L2 normalisation)."""
+        enc, lim = self.pipeline.encoder.unbatched, self.pipeline.limits
+        texts = list(req.inputs)
+        if len(texts) > lim.max_embedding_inputs:
+            raise BadRequest("inputs", f"{len(texts)} texts, at most {lim.max_embedding_inputs} per request")
+        prompt = req.prompt(enc)
+        if not req.truncate:
+            self._uncut("inputs", enc.engine.overflowing([prompt + t for t in texts]), enc.engine.max_length)
+        # normalize: false (Haystack's TEI embedders' default): the pooled vectors as they are
+        vecs = enc.encode_text(texts, prompt, pooled=not req.normalize)
+        return (normalise(vecs) if req.normalize else vecs).astype("<f4").tolist()
+
+    def tei_tokenize(self, req: T.TokenizeRequest) -> list[list[T.SimpleToken]]:
+        """``POST /tokenize``: the served bi-encoder's tokens of each text (the named prompt's first, the
+        special ones unless ``add_special_tokens`` is false); offsets are into the text as sent."""
+        enc, lim = self.pipeline.encoder.unbatched, self.pipeline.limits
+        if len(req.inputs) > lim.max_embedding_inputs:
+            raise BadRequest("inputs", f"{len(req.inputs)} texts, at most {lim.max_embedding_inputs} per request")
+        prompt = req.prompt(enc)
+        out = []
+        for text in req.inputs:
+            e = enc.engine.tokenizer.encode(prompt + text, add_special_tokens=req.add_special_tokens)
+            toks = []
+            for tid, tok, (a, b), special in zip(e.ids, e.tokens, e.offsets, e.special_tokens_mask, strict=True):
+                own = not special and b > len(prompt)  # a token of the text (not of the prompt)
+                start, stop = (max(a - len(prompt), 0), b - len(prompt)) if own else (None, None)
+                toks.append(T.SimpleToken(id=tid, text=text[start:stop] if own else tok, special=bool(special),
+                                          start=start, stop=stop))  # fmt: skip
+            out.append(toks)
+        return out
+
+    def tei_rerank(self, req: T.TeiRerankRequest) -> list[T.Rank]:
+        """``POST /rerank`` with ``texts``: ``/rerank``'s scores as TEI's list, best first."""
+        reranker = self.pipeline.reranker
+        self.pipeline.check_rerank(req.texts)
+        if not req.truncate:
+            long = reranker.overflowing(req.query, req.texts)
+            self._uncut("texts", long, reranker.max_length, "query with this text")
+        scores = self.pipeline.rerank(req.query, req.texts)
+        if req.raw_scores and reranker.kind != BI_ENCODER_COSINE:  # the logit of the float32 probability
+            p = np.clip(scores.astype(np.float64), np.finfo(np.float32).tiny, 1 - 2.0**-24)
+            scores = np.log(p) - np.log1p(-p)
+        order = np.argsort(-scores, kind="stable")
+        return [T.Rank(index=int(i), score=float(scores[i]), text=req.texts[i] if req.return_text else None)
+                for i in order]  # fmt: skip
+
+    def tei_info(self, concurrent: int, version: str) -> T.TeiInfo:
+        """TEI's ``GET /info`` fields for the served bi-encoder (``concurrent``: the thread pool's size,
+        what bounds the model work running at once; ``version``: the app's)."""
+        enc = self.pipeline.encoder.unbatched
+        o = enc.engine.options
+        return T.TeiInfo(
+            model_id=enc.name, model_sha=enc.fingerprint, model_dtype=o.precision,
+            model_type=T.ModelType(embedding={"pooling": "mean"}), max_concurrent_requests=concurrent,
+            max_input_length=enc.engine.max_length, max_batch_tokens=o.max_batch_tokens, max_batch_requests=None,
+            max_client_batch_size=self.pipeline.limits.max_embedding_inputs, auto_truncate=False,
+            tokenization_workers=1, version=version,
+        )  # fmt: skip
 
     def diagnose(self, req: P.DiagnoseRequest) -> P.DiagnoseResponse:
         if req.queries is not None:

@@ -4,7 +4,12 @@ and what each returns must be what our own code path gives for the same input.""
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
@@ -168,3 +173,69 @@ def test_models_lists_what_is_served(client, encoder):
     assert cards["bi-encoder-cosine"]["task"] == "rerank"
     listed = openai.OpenAI(base_url=str(client.base_url) + "/v1", api_key="none").models.list()
     assert {m.id for m in listed} == set(cards)
+
+
+def test_huggingface_hub_inference_client_speaks_tei(server, encoder, monkeypatch):
+    """huggingface_hub's InferenceClient, given the server's URL as its model, posts TEI's embed body
+    to it (``POST /``): the vectors are /v1/embeddings', prompt included."""
+    ns = run_snippet("tei-hub", server, monkeypatch)
+    np.testing.assert_allclose(ns["q"], ours(encoder, ["Who was the first director of the V&A?"])[0], atol=1e-6)
+    np.testing.assert_allclose(
+        ns["d"], ours(encoder, ["维多利亚和阿尔伯特博物馆位于伦敦。"], passages=True)[0], atol=1e-6
+    )
+    assert ns["q"].shape == (encoder.dim,)  # one text in, one vector out (TEI answers [[...]])
+    # the README's one-liner, at this server's address
+    block = re.search(
+        r"```python\n(from huggingface_hub.*?)```", API_DOC.parent.with_name("README.md").read_text(), re.S
+    )
+    readme: dict = {}
+    exec(block.group(1).replace("http://127.0.0.1:8000", server), readme)  # noqa: S102 - the README's own code
+    np.testing.assert_allclose(readme["vec"], ours(encoder, ["谁是V＆A的第一任馆长？"])[0], atol=1e-6)
+
+
+def test_haystack_tei_embedders_and_ranker(server, client, encoder, monkeypatch):
+    """Haystack's TEI text and document embedders (with e5's prompts as their ``prefix``) and its TEI
+    ranker: the vectors of /v1/embeddings, the scores and order of /rerank."""
+    ns = run_snippet("tei-haystack", server, monkeypatch)
+    np.testing.assert_allclose(ns["q"], ours(encoder, [ns["question"]])[0], atol=1e-6)
+    texts = ["The V&A is in London.", "维多利亚和阿尔伯特博物馆位于伦敦。"]
+    by_text = {d.content: d for d in ns["docs"]}
+    np.testing.assert_allclose([by_text[t].embedding for t in texts], ours(encoder, texts, passages=True), atol=1e-6)
+    r = client.post("/rerank", json={"query": "维多利亚和阿尔伯特博物馆在哪里？", "documents": texts})
+    want = [(texts[x["index"]], x["score"]) for x in r.json()["results"]]
+    assert [d.content for d in ns["ranked"]] == [t for t, _ in want]
+    np.testing.assert_allclose([d.score for d in ns["ranked"]], [x for _, x in want], atol=1e-6)
+
+
+# LangChain's TEI client runs from a venv of its own: it pins huggingface-hub < 1 (ours is 2.x), and 1.2.0
+# is its last release that takes an endpoint's URL (1.2.1 on refuse one: "must be a HuggingFace repo ID")
+LANGCHAIN_HF = ("langchain-huggingface==1.2.0", "numpy")  # numpy: huggingface_hub decodes vectors with it
+
+
+def client_venv(home: Path, requirements: tuple[str, ...]) -> Path:
+    """A venv holding one client's ``requirements`` (made once under ``home``, ~20 s), so that its pins
+    never touch ours."""
+    venv = Path(home) / "clients" / requirements[0].replace("==", "-")
+    if not (venv / "READY").exists():
+        shutil.rmtree(venv, ignore_errors=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+        subprocess.run([*pip, *requirements], check=True)
+        (venv / "READY").write_text(" ".join(requirements) + "\n")
+    return venv
+
+
+def test_langchain_huggingface_endpoint_embeddings(server, encoder, samelang_home):
+    """LangChain's HuggingFaceEndpointEmbeddings (TEI's protocol, in its own venv): with e5's prompts
+    written before the texts, the vectors of /v1/embeddings."""
+    venv = client_venv(samelang_home, LANGCHAIN_HF)
+    code = doc_snippet("tei-langchain") + "\nimport json\nprint(json.dumps({'q': q, 'd': d}))\n"
+    env = {**os.environ, "SAMELANG_URL": server}
+    env.pop("SAMELANG_API_KEY", None)
+    out = subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True, env=env,
+                         timeout=120)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    np.testing.assert_allclose(got["q"], ours(encoder, ["Who was the first director of the V&A?"])[0], atol=1e-6)
+    texts = ["The V&A is in London.", "维多利亚和阿尔伯特博物馆位于伦敦。"]
+    np.testing.assert_allclose(got["d"], ours(encoder, texts, passages=True), atol=1e-6)

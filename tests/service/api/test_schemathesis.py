@@ -25,14 +25,15 @@ CHECKS = [
 def operations(server):
     schema = schemathesis.openapi.from_url(f"{server}/openapi.json").exclude(path="/answer")
     ops = [result.ok() for result in schema.get_all_operations()]
-    assert {op.path for op in ops} >= {"/search", "/rerank", "/diagnose", "/health", "/ready", "/info", "/metrics"}
+    assert {op.path for op in ops} >= {"/search", "/rerank", "/diagnose", "/health", "/ready", "/info", "/metrics",
+                                       "/embed", "/", "/tokenize"}  # fmt: skip
     return {f"{op.method.upper()} {op.path}": op for op in ops}
 
 
 @pytest.mark.parametrize(
     "name",
     ["POST /search", "POST /rerank", "POST /diagnose", "POST /admin/reload", "GET /health", "GET /ready", "GET /info",
-     "GET /metrics"],
+     "GET /metrics", "POST /embed", "POST /", "POST /tokenize"],
 )  # fmt: skip
 def test_no_5xx_and_no_schema_violation(operations, server, name):
     @given(case=operations[name].as_strategy())

@@ -1,0 +1,163 @@
+"""Request and response models of the routes shaped like Hugging Face text-embeddings-inference
+(TEI): ``POST /embed`` (and ``POST /``, TEI's default route of an embedding model), ``POST /rerank``
+with a ``texts`` body, ``POST /tokenize`` and TEI's fields in ``GET /info``.
+
+Why: Haystack's TEI embedders and ranker, LangChain's ``HuggingFaceEndpointEmbeddings`` and
+``huggingface_hub.InferenceClient`` speak TEI; with these routes they need only samelang's URL.
+The vectors and scores are the other routes' own (``/v1/embeddings``, ``/rerank``), computed by
+the same code. Field for field what TEI accepts, with TEI's defaults, except where our models
+differ, and then the field's description says how:
+
+* ``prompt_name``: as TEI, the model's named prompt (e5's ``query`` or ``passage``) and, without a
+  name, none: the e5 model names no default, and TEI users put e5's ``query: `` / ``passage: ``
+  before their texts themselves (Haystack's ``prefix``), which a default prompt would double.
+* ``truncate``: false (TEI's default) refuses a text longer than the model's window with a 422 that
+  names it; true cuts it, as every other route does. Only the right side is cut
+  (``truncation_direction: left`` is a 422: the engines here cut on the right).
+* ``normalize: false``: the mean-pooled vectors before L2 normalisation, as TEI gives them (Haystack's
+  TEI embedders send it by default). A fused retriever's vector is two unit halves joined and has
+  no such form: it comes as it is.
+* ``raw_scores``: a cross-encoder's logit, recovered from its float32 probability (exact to about
+  1e-6 for logits within +-15); the bi-encoder fallback's cosine is its raw score either way.
+
+``POST /rerank`` serves both bodies: one with ``texts`` is TEI's (a list of ``{index, score,
+text?}`` comes back), one with ``documents`` is samelang's own. The rule is the body's content,
+not the path, because every TEI client posts to ``{url}/rerank``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, Discriminator, Field, Tag, WithJsonSchema, field_validator
+
+from samelang.service.api.compat_protocol import MAX_EMBEDDING_INPUTS, EmbeddingText
+from samelang.service.api.protocol import (
+    MAX_DOCUMENT_CHARS,
+    MAX_DOCUMENTS,
+    Bool,
+    Query,
+    RerankRequest,
+    Text,
+    _Strict,
+)
+
+_TEXT_SCHEMA = {"type": "string", "minLength": 1, "maxLength": MAX_DOCUMENT_CHARS, "pattern": r"\S"}
+Direction = Literal["right", "Right"]  # TEI also cuts on the left; the engines here cut on the right only
+
+
+def _no_token_ids(v):
+    """TEI accepts token ids of its own tokenizer; here they are refused with a reason (a lone text
+    becomes a list of one, so that an error names one place: ``inputs[i]``)."""
+    items = v if isinstance(v, list) else [v]
+    if any(isinstance(x, int) or (isinstance(x, list) and x and isinstance(x[0], int)) for x in items):
+        raise ValueError("token ids are not accepted here: send text (POST /tokenize shows how it is split)")
+    return [v] if isinstance(v, str) else v
+
+
+class _Inputs(_Strict):
+    inputs: Annotated[
+        list[EmbeddingText],
+        Field(min_length=1, max_length=MAX_EMBEDDING_INPUTS),
+        WithJsonSchema({
+            "anyOf": [_TEXT_SCHEMA, {"type": "array", "items": _TEXT_SCHEMA, "minItems": 1,
+                                     "maxItems": MAX_EMBEDDING_INPUTS}],
+            "description": "a text, or a list of texts (token ids are refused)",
+        }),
+    ]  # fmt: skip
+    prompt_name: Literal["query", "passage"] | None = Field(
+        None,
+        description="e5's prompt put before each text: 'query' (questions; also for symmetric uses) or 'passage' "
+        "(documents to be retrieved); none (TEI's default): the texts as sent, so put 'query: ' / 'passage: ' "
+        "before them yourself",
+    )
+
+    _inputs_not_ids = field_validator("inputs", mode="before")(classmethod(lambda cls, v: _no_token_ids(v)))
+
+    def prompt(self, encoder) -> str:
+        """The text put before each input: ``encoder``'s named prompt, or none."""
+        return encoder.prompt(self.prompt_name == "passage") if self.prompt_name else ""
+
+
+class EmbedRequest(_Inputs):
+    """``POST /embed`` (and ``POST /``): TEI's request. The vectors are ``/v1/embeddings``' for the same
+    prompted texts (``prompt_name: query`` is ``input_type: query``)."""
+
+    normalize: Bool = Field(
+        True, description="L2-normalise each vector (TEI's default); false: the mean-pooled vector as it is"
+    )
+    truncate: Bool | None = Field(
+        False, description="false (TEI's default): a text over the model's window is a 422; true: it is cut"
+    )
+    truncation_direction: Direction = Field("right", description="only 'right' (the engines cut on the right)")
+
+
+class TokenizeRequest(_Inputs):
+    """``POST /tokenize``: how the served bi-encoder splits each text (the named prompt's tokens first)."""
+
+    add_special_tokens: Bool = Field(True, description="include the special tokens (<s>, </s>)")
+
+
+class SimpleToken(BaseModel):
+    id: int
+    text: str
+    special: bool
+    start: int | None = Field(None, description="the token's first character in the text (null: special or prompt)")
+    stop: int | None = None
+
+
+class TeiRerankRequest(_Strict):
+    """``POST /rerank`` with ``texts``: TEI's request (scores are the served reranker's, as ``/rerank``
+    with ``documents`` gives them)."""
+
+    query: Query = Field(...)
+    texts: list[Annotated[Text, Field(max_length=MAX_DOCUMENT_CHARS)]] = Field(
+        ..., min_length=1, max_length=MAX_DOCUMENTS
+    )
+    raw_scores: Bool = Field(False, description="a cross-encoder's logit instead of its probability")
+    return_text: Bool = Field(False, description="include each text in its result")
+    truncate: Bool | None = Field(
+        False, description="false (TEI's default): a pair over the reranker's window is a 422; true: it is cut"
+    )
+    truncation_direction: Direction = Field("right", description="only 'right' (the engines cut on the right)")
+
+
+def _rerank_body(v) -> str:
+    """Which ``POST /rerank`` body this is: TEI's has ``texts``, samelang's ``documents``."""
+    return "tei" if isinstance(v, dict) and "texts" in v else "samelang"
+
+
+# the tag never shows in an error's field name (errors._field drops it): "texts[2]", not "tei.texts[2]"
+AnyRerankRequest = Annotated[
+    Annotated[RerankRequest, Tag("samelang")] | Annotated[TeiRerankRequest, Tag("tei")],
+    Discriminator(_rerank_body),
+]
+
+
+class Rank(BaseModel):
+    index: int
+    score: float
+    text: str | None = None
+
+
+class ModelType(BaseModel):
+    embedding: dict | None = Field(None, description="{pooling}: the served bi-encoder's")
+
+
+class TeiInfo(BaseModel):
+    """TEI's ``GET /info`` fields (given beside samelang's own)."""
+
+    model_id: str
+    model_sha: str | None
+    model_dtype: str
+    model_type: ModelType
+    max_concurrent_requests: int
+    max_input_length: int
+    max_batch_tokens: int
+    max_batch_requests: int | None
+    max_client_batch_size: int
+    auto_truncate: bool
+    tokenization_workers: int
+    version: str
+    sha: str | None = None
+    docker_label: str | None = None
