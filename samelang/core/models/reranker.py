@@ -91,6 +91,10 @@ class CrossEncoderReranker:
             return np.zeros(0, dtype=np.float32)
         return self.score_pairs([(query, d) for d in documents])
 
+    def logits(self, query: str, documents: list[str]) -> np.ndarray:
+        """The model's logits under :meth:`score`'s sigmoid (text-embeddings-inference's ``raw_scores``)."""
+        return self.engine.run([(query, d) for d in documents], raw=True)
+
     def count_tokens(self, query: str, documents: list[str]) -> int:
         """Tokens the pairs are scored as (the ``usage`` of the Cohere-shaped route)."""
         return sum(self.engine.token_counts([(query, d) for d in documents]))

@@ -247,10 +247,10 @@ class Handlers:
         if not req.truncate:
             long = reranker.overflowing(req.query, req.texts)
             self._uncut("texts", long, reranker.max_length, "query with this text")
-        scores = self.pipeline.rerank(req.query, req.texts)
-        if req.raw_scores and reranker.kind != BI_ENCODER_COSINE:  # the logit of the float32 probability
-            p = np.clip(scores.astype(np.float64), np.finfo(np.float32).tiny, 1 - 2.0**-24)
-            scores = np.log(p) - np.log1p(-p)
+        if req.raw_scores and reranker.kind != BI_ENCODER_COSINE:  # the logits under the sigmoid
+            scores = np.asarray(reranker.logits(req.query, req.texts), dtype=np.float64)
+        else:
+            scores = self.pipeline.rerank(req.query, req.texts)
         order = np.argsort(-scores, kind="stable")
         return [T.Rank(index=int(i), score=float(scores[i]), text=req.texts[i] if req.return_text else None)
                 for i in order]  # fmt: skip

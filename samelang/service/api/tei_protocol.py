@@ -17,8 +17,8 @@ differ, and then the field's description says how:
 * ``normalize: false``: the mean-pooled vectors before L2 normalisation, as TEI gives them (Haystack's
   TEI embedders send it by default). A fused retriever's vector is two unit halves joined and has
   no such form: it comes as it is.
-* ``raw_scores``: a cross-encoder's logit, recovered from its float32 probability (exact to about
-  1e-6 for logits within +-15); the bi-encoder fallback's cosine is its raw score either way.
+* ``raw_scores``: a cross-encoder's logit (the score before its sigmoid); the bi-encoder fallback's
+  cosine is its raw score either way.
 
 ``POST /rerank`` serves both bodies: one with ``texts`` is TEI's (a list of ``{index, score,
 text?}`` comes back), one with ``documents`` is samelang's own. The rule is the body's content,
