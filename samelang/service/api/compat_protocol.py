@@ -42,20 +42,30 @@ EmbeddingText = Annotated[
 _TEXT_SCHEMA = {"type": "string", "minLength": 1, "maxLength": MAX_DOCUMENT_CHARS, "pattern": r"\S"}
 
 
+# a text or a list of texts (the routes that embed: OpenAI's and TEI's); the schema says both
+EmbeddingTexts = Annotated[
+    list[EmbeddingText],
+    Field(min_length=1, max_length=MAX_EMBEDDING_INPUTS),
+    WithJsonSchema({
+        "anyOf": [_TEXT_SCHEMA, {"type": "array", "items": _TEXT_SCHEMA, "minItems": 1,
+                                 "maxItems": MAX_EMBEDDING_INPUTS}],
+        "description": "a text, or a list of texts (token ids are refused)",
+    }),
+]  # fmt: skip
+
+
+def token_ids(v) -> bool:
+    """Whether an ``input`` holds token ids (a list of ints, or of lists of ints) rather than text."""
+    items = v if isinstance(v, list) else [v]
+    return any(isinstance(x, int) or (isinstance(x, list) and x and isinstance(x[0], int)) for x in items)
+
+
 class EmbeddingsRequest(_Strict):
     """``POST /v1/embeddings``: OpenAI's request. The vectors are the served bi-encoder's, L2-normalised
     (the index's own metric is their dot product)."""
 
     # a lone text is taken as a list of one (below), so that an error names one place: input[i]
-    input: Annotated[
-        list[EmbeddingText],
-        Field(min_length=1, max_length=MAX_EMBEDDING_INPUTS),
-        WithJsonSchema({
-            "anyOf": [_TEXT_SCHEMA, {"type": "array", "items": _TEXT_SCHEMA, "minItems": 1,
-                                     "maxItems": MAX_EMBEDDING_INPUTS}],
-            "description": "a text, or a list of texts (token ids are refused)",
-        }),
-    ]  # fmt: skip
+    input: EmbeddingTexts
     model: str = Field(..., max_length=200, description="the served bi-encoder's name (GET /v1/models lists it)")
     encoding_format: Literal["float", "base64"] = Field(
         "float", description="base64: each vector as little-endian float32 bytes (what the OpenAI SDK asks for)"
@@ -75,8 +85,7 @@ class EmbeddingsRequest(_Strict):
     def _not_token_ids(cls, v):
         """Token-id input (OpenAI accepts its own tokenizer's ids) means nothing to another model: say
         which client setting sends them, instead of a bare type error."""
-        items = v if isinstance(v, list) else [v]
-        if any(isinstance(x, int) or (isinstance(x, list) and x and isinstance(x[0], int)) for x in items):
+        if token_ids(v):
             raise ValueError(
                 "token ids are not accepted (they are an OpenAI tokenizer's, not this model's): send text. "
                 "LangChain's OpenAIEmbeddings sends ids unless check_embedding_ctx_length=False"

@@ -29,9 +29,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Discriminator, Field, Tag, WithJsonSchema, field_validator
+from pydantic import BaseModel, Discriminator, Field, Tag, field_validator
 
-from samelang.service.api.compat_protocol import MAX_EMBEDDING_INPUTS, EmbeddingText
+from samelang.service.api.compat_protocol import EmbeddingTexts, token_ids
 from samelang.service.api.protocol import (
     MAX_DOCUMENT_CHARS,
     MAX_DOCUMENTS,
@@ -42,29 +42,19 @@ from samelang.service.api.protocol import (
     _Strict,
 )
 
-_TEXT_SCHEMA = {"type": "string", "minLength": 1, "maxLength": MAX_DOCUMENT_CHARS, "pattern": r"\S"}
 Direction = Literal["right", "Right"]  # TEI also cuts on the left; the engines here cut on the right only
 
 
 def _no_token_ids(v):
     """TEI accepts token ids of its own tokenizer; here they are refused with a reason (a lone text
     becomes a list of one, so that an error names one place: ``inputs[i]``)."""
-    items = v if isinstance(v, list) else [v]
-    if any(isinstance(x, int) or (isinstance(x, list) and x and isinstance(x[0], int)) for x in items):
+    if token_ids(v):
         raise ValueError("token ids are not accepted here: send text (POST /tokenize shows how it is split)")
     return [v] if isinstance(v, str) else v
 
 
 class _Inputs(_Strict):
-    inputs: Annotated[
-        list[EmbeddingText],
-        Field(min_length=1, max_length=MAX_EMBEDDING_INPUTS),
-        WithJsonSchema({
-            "anyOf": [_TEXT_SCHEMA, {"type": "array", "items": _TEXT_SCHEMA, "minItems": 1,
-                                     "maxItems": MAX_EMBEDDING_INPUTS}],
-            "description": "a text, or a list of texts (token ids are refused)",
-        }),
-    ]  # fmt: skip
+    inputs: EmbeddingTexts
     prompt_name: Literal["query", "passage"] | None = Field(
         None,
         description="e5's prompt put before each text: 'query' (questions; also for symmetric uses) or 'passage' "
