@@ -62,7 +62,10 @@ class _Inputs(_Strict):
         "before them yourself",
     )
 
-    _inputs_not_ids = field_validator("inputs", mode="before")(classmethod(lambda cls, v: _no_token_ids(v)))
+    @field_validator("inputs", mode="before")
+    @classmethod
+    def _not_token_ids(cls, v):
+        return _no_token_ids(v)
 
     def prompt(self, encoder) -> str:
         """The text put before each input: ``encoder``'s named prompt, or none."""
