@@ -175,6 +175,25 @@ def test_models_lists_what_is_served(client, encoder):
     assert {m.id for m in listed} == set(cards)
 
 
+def readme_snippet(package: str, url: str) -> str:
+    """The README's python block that starts by importing from ``package``, at ``url``."""
+    text = API_DOC.parents[1].joinpath("README.md").read_text()
+    m = re.search(rf"```python\n(from {package}\b.*?)```", text, re.S)
+    assert m, f"README.md has no snippet importing {package}"
+    return m.group(1).replace("http://127.0.0.1:8000", url)
+
+
+def run_readme(package: str, url: str) -> dict:
+    ns: dict = {}
+    exec(compile(readme_snippet(package, url), f"README.md:{package}", "exec"), ns)  # noqa: S102 - the README's code
+    return ns
+
+
+def readme_query(encoder) -> np.ndarray:
+    """The vector the README's snippets ask for, as /v1/embeddings gives it."""
+    return ours(encoder, ["谁是V＆A的第一任馆长？"])[0]
+
+
 def test_huggingface_hub_inference_client_speaks_tei(server, encoder, monkeypatch):
     """huggingface_hub's InferenceClient, given the server's URL as its model, posts TEI's embed body
     to it (``POST /``): the vectors are /v1/embeddings', prompt included."""
@@ -184,13 +203,7 @@ def test_huggingface_hub_inference_client_speaks_tei(server, encoder, monkeypatc
         ns["d"], ours(encoder, ["维多利亚和阿尔伯特博物馆位于伦敦。"], passages=True)[0], atol=1e-6
     )
     assert ns["q"].shape == (encoder.dim,)  # one text in, one vector out (TEI answers [[...]])
-    # the README's one-liner, at this server's address
-    block = re.search(
-        r"```python\n(from huggingface_hub.*?)```", API_DOC.parent.with_name("README.md").read_text(), re.S
-    )
-    readme: dict = {}
-    exec(block.group(1).replace("http://127.0.0.1:8000", server), readme)  # noqa: S102 - the README's own code
-    np.testing.assert_allclose(readme["vec"], ours(encoder, ["谁是V＆A的第一任馆长？"])[0], atol=1e-6)
+    np.testing.assert_allclose(run_readme("huggingface_hub", server)["vec"], readme_query(encoder), atol=1e-6)
 
 
 def test_haystack_tei_embedders_and_ranker(server, client, encoder, monkeypatch):
@@ -201,6 +214,7 @@ def test_haystack_tei_embedders_and_ranker(server, client, encoder, monkeypatch)
     texts = ["The V&A is in London.", "维多利亚和阿尔伯特博物馆位于伦敦。"]
     by_text = {d.content: d for d in ns["docs"]}
     np.testing.assert_allclose([by_text[t].embedding for t in texts], ours(encoder, texts, passages=True), atol=1e-6)
+    np.testing.assert_allclose(run_readme("haystack_integrations", server)["vec"], readme_query(encoder), atol=1e-6)
     r = client.post("/rerank", json={"query": "维多利亚和阿尔伯特博物馆在哪里？", "documents": texts})
     want = [(texts[x["index"]], x["score"]) for x in r.json()["results"]]
     assert [d.content for d in ns["ranked"]] == [t for t, _ in want]
@@ -239,3 +253,8 @@ def test_langchain_huggingface_endpoint_embeddings(server, encoder, samelang_hom
     np.testing.assert_allclose(got["q"], ours(encoder, ["Who was the first director of the V&A?"])[0], atol=1e-6)
     texts = ["The V&A is in London.", "维多利亚和阿尔伯特博物馆位于伦敦。"]
     np.testing.assert_allclose(got["d"], ours(encoder, texts, passages=True), atol=1e-6)
+    code = readme_snippet("langchain_huggingface", server) + "\nimport json\nprint(json.dumps(vec))\n"
+    out = subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True, env=env,
+                         timeout=120)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    np.testing.assert_allclose(json.loads(out.stdout.strip().splitlines()[-1]), readme_query(encoder), atol=1e-6)
