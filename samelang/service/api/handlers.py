@@ -150,14 +150,13 @@ class Handlers:
             raise BadRequest(field, f"{given!r} is not served here; this server serves {served!r} (GET /v1/models)")
 
     def embeddings(self, req: C.EmbeddingsRequest) -> C.EmbeddingsResponse:
-        enc, lim = self.pipeline.encoder, self.pipeline.limits
+        enc = self.pipeline.encoder
         self._model(req.model, enc.name)
         if req.dimensions is not None and req.dimensions != enc.dim:
             raise BadRequest("dimensions", f"{req.dimensions} is not supported: {enc.name} has {enc.dim} dimensions "
                              "and cannot shorten them; omit the field")  # fmt: skip
         texts = req.texts()
-        if len(texts) > lim.max_embedding_inputs:
-            raise BadRequest("input", f"{len(texts)} texts, at most {lim.max_embedding_inputs} per request")
+        self._check_inputs("input", texts)
         passages, direct = req.input_type == "passage", enc.unbatched  # up to 256 texts of any length: no batcher
         vecs = normalise(direct.encode_passages(texts) if passages else direct.encode_queries(texts)).astype("<f4")
         tokens = sum(enc.count_tokens(texts, passages=passages))
@@ -199,6 +198,12 @@ class Handlers:
                         task="rerank"),
         ])  # fmt: skip
 
+    def _check_inputs(self, field: str, texts: list[str]) -> None:
+        """The texts of one embedding or tokenize request: at most ``max_embedding_inputs`` (a 422 naming the field)."""
+        cap = self.pipeline.limits.max_embedding_inputs
+        if len(texts) > cap:
+            raise BadRequest(field, f"{len(texts)} texts, at most {cap} per request")
+
     # -- TEI-shaped routes (tei_protocol) ---------------------------------------------------
     def _uncut(self, field: str, long: list[bool], window: int, what: str = "text") -> None:
         """TEI's ``truncate: false``: a 422 naming the first input over the model's window."""
@@ -210,10 +215,9 @@ class Handlers:
     def tei_embed(self, req: T.EmbedRequest) -> list[list[float]]:
         """``POST /embed``: ``/v1/embeddings``' vectors for the same texts and prompt, as TEI's list
         (``normalize: false``: the same vectors before their L2 normalisation)."""
-        enc, lim = self.pipeline.encoder.unbatched, self.pipeline.limits
+        enc = self.pipeline.encoder.unbatched
         texts = list(req.inputs)
-        if len(texts) > lim.max_embedding_inputs:
-            raise BadRequest("inputs", f"{len(texts)} texts, at most {lim.max_embedding_inputs} per request")
+        self._check_inputs("inputs", texts)
         prompt = req.prompt(enc)
         if not req.truncate:
             self._uncut("inputs", enc.engine.overflowing([prompt + t for t in texts]), enc.engine.max_length)
@@ -224,9 +228,8 @@ class Handlers:
     def tei_tokenize(self, req: T.TokenizeRequest) -> list[list[T.SimpleToken]]:
         """``POST /tokenize``: the served bi-encoder's tokens of each text (the named prompt's first, the
         special ones unless ``add_special_tokens`` is false); offsets are into the text as sent."""
-        enc, lim = self.pipeline.encoder.unbatched, self.pipeline.limits
-        if len(req.inputs) > lim.max_embedding_inputs:
-            raise BadRequest("inputs", f"{len(req.inputs)} texts, at most {lim.max_embedding_inputs} per request")
+        enc = self.pipeline.encoder.unbatched
+        self._check_inputs("inputs", req.inputs)
         prompt = req.prompt(enc)
         out = []
         for text in req.inputs:
