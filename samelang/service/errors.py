@@ -16,6 +16,7 @@ class AnswerUnavailable(RuntimeError):
     """The generator failed; ``hits`` are the passages the answer would have cited (a 503 returns
     them, so that a client still gets the retrieved evidence)."""
 
-    def __init__(self, detail: str, hits: list):
+    def __init__(self, detail: str, hits: list, refused: bool = False):
         super().__init__(detail)
         self.hits = hits
+        self.refused = refused  # the generator refused this request (a prompt too long): a 422, not a 503

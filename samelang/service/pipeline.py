@@ -26,7 +26,7 @@ from dataclasses import replace
 import numpy as np
 
 from samelang.core.models.fused import query_moments
-from samelang.core.models.generation import GeneratorUnavailable, join_answer
+from samelang.core.models.generation import GeneratorRefused, GeneratorUnavailable, join_answer
 from samelang.core.models.protocols import Reranker, TextEncoder
 from samelang.indexes.index import OpenIndex
 from samelang.indexes.langid import LanguageIdentifier
@@ -473,7 +473,7 @@ class Pipeline:
         try:
             text = self.generator.generate(prompt, max_tokens)
         except GeneratorUnavailable as e:
-            raise AnswerUnavailable(str(e), ranked.hits) from e
+            raise AnswerUnavailable(str(e), ranked.hits, refused=isinstance(e, GeneratorRefused)) from e
         return ranked, text
 
     def answer_stream(self, query: str, opts: SearchOptions, passages: int, max_tokens: int) -> Iterator:
@@ -488,5 +488,5 @@ class Pipeline:
                 pieces.append(piece)
                 yield piece
         except GeneratorUnavailable as e:
-            raise AnswerUnavailable(str(e), ranked.hits) from e
+            raise AnswerUnavailable(str(e), ranked.hits, refused=isinstance(e, GeneratorRefused)) from e
         yield Answered(join_answer(pieces) if getattr(self.generator, "generates", True) else None)

@@ -20,6 +20,12 @@ class GeneratorUnavailable(RuntimeError):
     """The generator is down, timed out or answered with an error."""
 
 
+class GeneratorRefused(GeneratorUnavailable):
+    """The generator refused this request (a 400, 413 or 422: a prompt longer than its context,
+    most often), so retrying it will not help but a smaller request may: ``/answer`` returns a 422
+    with the server's own words."""
+
+
 class NoGenerator:
     name = "none"
     generates = False  # an answer is None, not an empty text
@@ -170,6 +176,24 @@ class OpenAIGenerator:
         self.timeout = timeout
         self._client = httpx.Client(base_url=self.base_url, timeout=timeout, headers=headers, transport=transport)
 
+    def probe(self, timeout: float = 2.0) -> str | None:
+        """Why this server cannot answer yet (not up, or not serving :attr:`model`), or ``None``: one
+        ``GET /v1/models``, asked once at start so that the log says it before a reader does. A vLLM
+        still loading its model does not listen yet (a refused connection)."""
+        try:
+            r = self._client.get("/v1/models", timeout=timeout)
+        except httpx.HTTPError as e:
+            return f"nothing answers at {self.base_url} yet ({type(e).__name__}: {e})"
+        if r.status_code >= 400:
+            return f"GET {self.base_url}/v1/models answered {r.status_code}: {_server_message(r, 200)}"
+        try:
+            served = [m["id"] for m in r.json()["data"]]
+        except (ValueError, KeyError, TypeError):
+            return None  # not a list we can read: the first answer will tell
+        if self.model not in served:
+            return f"{self.base_url} serves {served}, not {self.model!r} (--openai-model)"
+        return None
+
     def generate(self, prompt: str, max_tokens: int) -> str:
         """The whole answer: :meth:`stream` joined. One request path for both, so that a streamed answer
         and a waited-for one are the same text; and streaming lets the client hang up at the stop, which
@@ -201,10 +225,10 @@ class OpenAIGenerator:
                         yield piece
                         work.check()
                 return
+            except GeneratorRefused:
+                raise  # the same request would be refused again
             except GeneratorUnavailable as e:
                 last = e
-                if "refused the request" in str(e):
-                    break
             except (httpx.HTTPError, KeyError, IndexError, ValueError) as e:
                 if started:
                     if restart is None:
@@ -223,8 +247,13 @@ class OpenAIGenerator:
 
         if r.status_code >= 400:
             r.read()
-            kind = "answered" if r.status_code >= 500 else "refused the request"  # refused: retrying will not help
-            raise GeneratorUnavailable(f"{self.base_url} {kind} ({r.status_code}): {r.text[:200]}")
+            said = _server_message(r)
+            if r.status_code in (400, 413, 422):
+                raise GeneratorRefused(f"the generator at {self.base_url} refused the prompt ({r.status_code}): {said}")
+            key = " (check --openai-api-key)"
+            hint = {401: key, 403: key, 404: f" (does it serve {self.model!r}? check --openai-model, --openai-url)"}
+            why = hint.get(r.status_code, "")
+            raise GeneratorUnavailable(f"{self.base_url} answered {r.status_code}{why}: {said}")
         if r.headers.get("content-type", "").startswith("application/json"):
             r.read()
             yield r.json()["choices"][0]["text"]
@@ -236,3 +265,15 @@ class OpenAIGenerator:
 
     def close(self) -> None:
         self._client.close()
+
+
+def _server_message(r: httpx.Response, limit: int = 500) -> str:
+    """What an OpenAI-compatible server said: ``error.message`` of its JSON error body (vLLM's and
+    OpenAI's shape), else the body's text; at most ``limit`` characters."""
+    try:
+        body = r.json()
+        said = body["error"]["message"] if isinstance(body.get("error"), dict) else body.get("message") or r.text
+    except (ValueError, AttributeError, KeyError, TypeError):
+        said = r.text
+    said = " ".join(str(said).split())
+    return said if len(said) <= limit else said[: limit - 3] + "..."

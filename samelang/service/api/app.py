@@ -47,6 +47,13 @@ WORK_ERRORS = {**ERRORS, 503: "the request's time budget is spent or the server 
 STREAM = {200: {"content": {"text/event-stream": {"schema": {"type": "string", "description": (
     "with stream: true, server-sent events: 'passages' (AnswerPassagesEvent), 'token' (AnswerTokenEvent) as the "
     "answer is generated, then 'done' (AnswerDoneEvent) or 'error' (ErrorResponse)")}}}}}  # fmt: skip
+ANSWER_ERRORS = {
+    **WORK_ERRORS,
+    422: "invalid request, or generator_refused: the generator refused the prompt (longer than its context; the "
+    "passages come with it)",
+    503: "the generator is down (the retrieved passages come with it), the request's time budget is spent, or the "
+    "server is shutting down",
+}
 STATIC = Path(__file__).parent / "static"
 
 
@@ -109,9 +116,7 @@ def _router() -> APIRouter:
         h = handle(request)
         return await bounded(request, h.tei_rerank if isinstance(req, T.TeiRerankRequest) else h.rerank, req)
 
-    @r.post("/answer", response_model=P.AnswerResponse, responses={**_responses(
-        {**WORK_ERRORS, 503: "the generator is down (the retrieved passages come with it), the request's time budget "
-                             "is spent, or the server is shutting down"}), **STREAM})  # fmt: skip
+    @r.post("/answer", response_model=P.AnswerResponse, responses={**_responses(ANSWER_ERRORS), **STREAM})
     async def answer(req: P.AnswerRequest, request: Request):
         if req.stream:
             return await stream_events(request, handle(request).answer_events, req)

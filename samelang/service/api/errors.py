@@ -61,6 +61,9 @@ def core_error(exc: Exception, request: Request) -> tuple[int, dict]:
         return 503, {"error": name, "detail": str(exc), "request_id": rid}
     if isinstance(exc, AnswerUnavailable):
         passages = [p.model_dump() for p in cited(exc.hits)]
+        if exc.refused:  # a smaller request may be answered: the client's move, so a 4xx
+            detail = f"{exc} (ask with fewer passages or a lower max_tokens)"
+            return 422, {"error": "generator_refused", "detail": detail, "request_id": rid, "passages": passages}
         return 503, {"error": "generator_unavailable", "detail": str(exc), "request_id": rid, "passages": passages}
     log.error("samelang: internal error in request %s (%s %s)", rid, request.method, request.url.path, exc_info=exc)
     return 500, {"error": "internal_error", "detail": f"internal error; the server log has it under request id {rid}",

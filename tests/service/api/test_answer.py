@@ -24,20 +24,32 @@ class Completion(BaseModel):
     stream: bool = False
 
 
-def openai_stub(gen: LlamaCppGenerator, fail_first: int = 0, hold: threading.Event | None = None):
+def openai_stub(gen: LlamaCppGenerator, fail_first: int = 0, hold: threading.Event | None = None,
+                context: int | None = None):  # fmt: skip
     """A minimal OpenAI-compatible /v1/completions server over the embedded generator; with ``hold``
     each request waits until the event is set (a server that does not answer in time), and
     ``state.answered`` counts the requests that got past it. ``stream: true`` streams as vLLM does:
-    one ``data:`` event per decoded piece, with no stop sequence (the client cuts), then ``[DONE]``."""
+    one ``data:`` event per decoded piece, with no stop sequence (the client cuts), then ``[DONE]``.
+    ``context``: a prompt longer than this many characters gets vLLM's 400 (the real one is in
+    tests/test_vllm_generator.py)."""
     app = FastAPI()
     app.state.calls = 0
     app.state.answered = 0
 
+    @app.get("/v1/models")
+    def models():
+        return {"object": "list", "data": [{"id": "gemma-3-270m", "object": "model"}]}
+
     @app.post("/v1/completions")
     def completions(req: Completion):
+        from fastapi.responses import JSONResponse
+
         app.state.calls += 1
         if app.state.calls <= fail_first:
             return _error()
+        if context is not None and len(req.prompt) > context:
+            said = f"This model's maximum context length is {context} tokens. However, your prompt contains more."
+            return JSONResponse({"error": {"message": said, "type": "BadRequestError", "code": 400}}, 400)
         if hold is not None:
             hold.wait(120)
             app.state.answered += 1
@@ -125,6 +137,25 @@ def test_openai_generator_timeout_and_retries(gemma):
         with pytest.raises(GeneratorUnavailable, match="503"):
             OpenAIGenerator(llm_url, "m", timeout=5, retries=2, backoff=0.01).generate("x", 4)
         assert stub.state.calls == 3
+
+
+def test_a_prompt_the_generator_refuses_is_a_422_with_its_words(service_settings, pipeline, gemma):
+    stub = openai_stub(gemma, context=50)  # every /answer prompt is longer
+    with running(stub) as llm_url:
+        gen = OpenAIGenerator(llm_url, "gemma-3-270m", timeout=30, retries=2, backoff=0.01)
+        assert gen.probe() is None
+        assert "serves ['gemma-3-270m'], not 'other'" in OpenAIGenerator(llm_url, "other").probe()
+        with running(make_app(service_settings, pipeline, generator=gen)) as url:
+            r = httpx.post(f"{url}/answer", json={"query": zh_question().text}, timeout=120)
+            streamed = httpx.post(f"{url}/answer", json={"query": zh_question().text, "stream": True}, timeout=120)
+    assert r.status_code == 422, r.text
+    body = r.json()
+    assert body["error"] == "generator_refused" and "maximum context length is 50 tokens" in body["detail"]
+    assert "fewer passages or a lower max_tokens" in body["detail"] and body["passages"]
+    assert stub.state.calls == 2  # the same prompt is not asked again: once each, plain and streamed
+    assert streamed.text.index("event: passages") < streamed.text.index("event: error")
+    assert "generator_refused" in streamed.text
+    assert "nothing answers at" in OpenAIGenerator(f"http://127.0.0.1:{free_port()}", "m").probe()
 
 
 def test_answer_is_503_with_passages_when_the_generator_is_down(service_settings, pipeline):
