@@ -50,10 +50,10 @@ class LanguageBias:
     index_langs: dict[str, float]  # P_D, in %
     queries: dict[str, int]  # per query language
     result_langs: dict[str, dict[str, float]]  # P_q, in % (query language -> result language -> share)
-    jsd: dict[str, float]  # JSD(P_q || P_D), bits
+    jsd: dict[str, float | None]  # JSD(P_q || P_D), bits (None: that language's lists are empty)
     sees_other: dict[str, float]  # in %
-    mean_jsd: float  # over query languages, each weighing the same
-    sees_other_all: float  # over all queries, in %
+    mean_jsd: float | None  # over query languages, each weighing the same
+    sees_other_all: float | None  # over all queries, in %
 
 
 def language_bias(query_langs: Sequence[str], result_langs: Sequence[Sequence[str]], doc_langs: Sequence[str],
@@ -73,14 +73,15 @@ def language_bias(query_langs: Sequence[str], result_langs: Sequence[Sequence[st
         seen.setdefault(q, []).append(any(x != q for x in top))
     qls = sorted(per)
     p_q = {q: distribution(per[q], langs) for q in qls}
-    jsd = {q: jsd_bits(p_q[q], p_d) if p_q[q].sum() else float("nan") for q in qls}
+    jsd = {q: round(jsd_bits(p_q[q], p_d), 4) if p_q[q].sum() and p_d.sum() else None for q in qls}
+    known = [v for v in jsd.values() if v is not None]
     return LanguageBias(
         k=k,
         index_langs={x: round(100 * float(v), 3) for x, v in zip(langs, p_d) if v},
         queries={q: len(seen[q]) for q in qls},
         result_langs={q: {x: round(100 * float(v), 3) for x, v in zip(langs, p_q[q])} for q in qls},
-        jsd={q: round(v, 4) for q, v in jsd.items()},
+        jsd=jsd,
         sees_other={q: round(100 * float(np.mean(seen[q])), 2) for q in qls},
-        mean_jsd=round(float(np.nanmean(list(jsd.values()))), 4) if qls else float("nan"),
-        sees_other_all=round(100 * float(np.mean([s for q in qls for s in seen[q]])), 2) if qls else float("nan"),
+        mean_jsd=round(float(np.mean(known)), 4) if known else None,
+        sees_other_all=round(100 * float(np.mean([s for q in qls for s in seen[q]])), 2) if qls else None,
     )

@@ -18,7 +18,7 @@ from samelang.indexes.vectors import normalise
 from samelang.service.api import compat_protocol as C
 from samelang.service.api import protocol as P
 from samelang.service.api import tei_protocol as T
-from samelang.service.diagnosis import dataset_queries, diagnose
+from samelang.service.diagnosis import dataset_queries, diagnose, sample_queries
 from samelang.service.errors import BadRequest
 from samelang.service.pipeline import Pipeline
 from samelang.service.prompts import citations
@@ -272,9 +272,13 @@ class Handlers:
         )  # fmt: skip
 
     def diagnose(self, req: P.DiagnoseRequest) -> P.DiagnoseResponse:
+        sources = None
         if req.queries is not None:
-            queries = [LabelledQuery(q.query, q.lang or "", "", tuple(q.relevant), "") for q in req.queries]
+            queries = [LabelledQuery(q.query, q.lang or "", "", tuple(q.relevant or ()), "") for q in req.queries]
             field = "queries[].relevant"
+        elif req.sample is not None:
+            queries, sources = sample_queries(self.pipeline, req.sample, req.seed)
+            field = "sample"
         else:
             queries, field = dataset_queries(req.pair, req.split), "pair"
         opts = SearchOptions(
@@ -286,7 +290,7 @@ class Handlers:
         )
         if not queries:
             raise BadRequest(field, "no queries")
-        out = diagnose(self.pipeline, queries, req.k, opts, field)
+        out = diagnose(self.pipeline, queries, req.k, opts, field, bias_k=req.bias_k, sources=sources)
         d = self.pipeline.defaults
         grouped = d.group_candidates if req.group_candidates is None else req.group_candidates
         reranked = d.rerank if req.rerank is None else req.rerank
@@ -296,10 +300,11 @@ class Handlers:
         weight = d.lexical_weight if req.lexical_weight is None else req.lexical_weight
         components.lexical_weight = weight if weight and self.pipeline.lexical else None
         return P.DiagnoseResponse(
-            **{k: v for k, v in out.items() if k not in ("aggregate", "per_query_lang", "queries")},
+            **{k: v for k, v in out.items() if k not in ("aggregate", "per_query_lang", "queries", "bias")},
             reranker=components.reranker,
             components=components,
-            aggregate=P.Aggregate(**out["aggregate"]),
+            bias=P.LanguageBias(**out["bias"]),
+            aggregate=P.Aggregate(**out["aggregate"]) if out["aggregate"] else None,
             per_query_lang={k: P.Aggregate(**v) for k, v in out["per_query_lang"].items()},
             queries=[P.QueryDiagnosis(**q) for q in out["queries"]],
         )

@@ -274,7 +274,11 @@ class AnswerDoneEvent(AnswerResponse):
 class LabelledQueryIn(_Strict):
     query: Query = Field(...)
     lang: Lang | None = None
-    relevant: list[DocId] = Field(..., min_length=1, max_length=1000)
+    relevant: list[DocId] | None = Field(
+        None, min_length=1, max_length=1000,
+        description="ids of the documents that answer it (optional: without, the query counts in the language-bias "
+        "report only, not in Max@R)",
+    )  # fmt: skip
 
 
 class DiagnoseRequest(_Retrieval):
@@ -286,7 +290,17 @@ class DiagnoseRequest(_Retrieval):
         pattern=r"^\s*[A-Za-z]{2}-[A-Za-z]{2}\s*$",
         description=f"e.g. 'en-zh': queries in both languages, pool = the index; XQuAD has {', '.join(XQUAD_LANGS)}",
     )
-    k: Int | None = Field(None, ge=1, le=10000, description="ranking depth (default: the whole index, up to 10000)")
+    sample: Int | None = Field(
+        None, ge=1, le=MAX_DIAGNOSE_QUERIES,
+        description="no queries at hand: this many unlabelled ones drawn from the index's own documents (one sentence "
+        "each, the same number per language; the source document is left out of its own list)",
+    )  # fmt: skip
+    seed: Int = Field(0, ge=0, le=2**31 - 1, description="which sample (the same seed, the same queries)")
+    k: Int | None = Field(
+        None, ge=1, le=10000,
+        description="ranking depth of Max@R (default: the whole index, up to 10000; labelled queries only)",
+    )  # fmt: skip
+    bias_k: Int = Field(10, ge=1, le=100, description="the top-k whose languages the bias report counts")
     rerank: Bool | None = Field(
         None, description="rerank each list's head as /search does (default: what /search does by default, see /info)"
     )
@@ -294,8 +308,8 @@ class DiagnoseRequest(_Retrieval):
 
     @model_validator(mode="after")
     def _one_source(self):
-        if (self.queries is None) == (self.dataset is None):
-            raise ValueError("give either 'queries' or 'dataset' (with 'pair'), not both or neither")
+        if sum(x is not None for x in (self.queries, self.dataset, self.sample)) != 1:
+            raise ValueError("give one of 'queries', 'dataset' (with 'pair') or 'sample'")
         if self.dataset is not None:
             if not self.pair or self.pair.count("-") != 1:
                 raise ValueError("'pair' is required with 'dataset', as two language codes like 'en-zh'")
@@ -315,13 +329,32 @@ class DiagnoseRequest(_Retrieval):
 class QueryDiagnosis(BaseModel):
     query: str
     lang: str | None
-    ranks: dict[str, int | None]
-    max_r: int | None
-    max_r_norm: float | None
-    comp_at_10: bool
     top1_id: str | None
     top1_lang: str | None
-    censored: bool = Field(description="a relevant document lies beyond the ranking depth k")
+    sees_other_lang: bool = Field(description="its top bias_k holds a document in another language")
+    source_id: str | None = Field(description="the document a sampled query was drawn from (left out of its list)")
+    ranks: dict[str, int | None] = Field(description="rank of each relevant id (labelled queries)")
+    max_r: int | None
+    max_r_norm: float | None
+    comp_at_10: bool | None
+    censored: bool | None = Field(description="a relevant document lies beyond the ranking depth k")
+
+
+class LanguageBias(BaseModel):
+    """The top-k's languages against the index's, per query language (no labels needed); shares in %."""
+
+    k: int = Field(description="the top-k counted (bias_k)")
+    index_langs: dict[str, float] = Field(description="share of the index's documents in each language")
+    queries: dict[str, int]
+    result_langs: dict[str, dict[str, float]] = Field(
+        description="query language -> result language -> share of the top-k results (rows sum to 100)"
+    )
+    jsd: dict[str, float | None] = Field(
+        description="Jensen-Shannon divergence (bits, 0 to 1) of result_langs from index_langs, per query language"
+    )
+    sees_other: dict[str, float] = Field(description="share of the queries whose top-k holds another language")
+    mean_jsd: float | None
+    sees_other_all: float | None
 
 
 class Aggregate(BaseModel):
@@ -338,7 +371,9 @@ class DiagnoseResponse(BaseModel):
     k: int
     reranker: str | None
     components: Components
-    aggregate: Aggregate
+    labelled: int = Field(description="queries with relevant ids (those Max@R is over)")
+    bias: LanguageBias
+    aggregate: Aggregate | None = Field(description="Max@R and more over the labelled queries (None: none is)")
     per_query_lang: dict[str, Aggregate]
     top1_lang_matrix: dict[str, dict[str, float]]
     queries: list[QueryDiagnosis]

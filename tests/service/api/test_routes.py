@@ -122,3 +122,54 @@ def test_diagnose_rejects_unknown_relevant_ids(client):
     assert "relevant" in r.json()["detail"] and "nope" in r.json()["detail"]
     r = client.post("/diagnose", json={"dataset": "xquad", "pair": "en-de"})
     assert r.status_code == 422 and "pair" in r.json()["detail"]
+
+
+def test_diagnose_without_labels_reports_the_language_bias_of_what_search_serves(client):
+    """Queries with no relevant ids: the bias report is the languages of each query's /search top-k."""
+    x = load_xquad(["en", "zh"], split="test")
+    qs = [q for q in x.questions if q.lang == "zh"][:6] + [q for q in x.questions if q.lang == "en"][:4]
+    body = {"queries": [{"query": q.text, "lang": q.lang} for q in qs], "bias_k": 5, "group_candidates": False}
+    r = client.post("/diagnose", json=body)
+    assert r.status_code == 200, r.text
+    d = r.json()
+    assert d["labelled"] == 0 and d["aggregate"] is None and d["per_query_lang"] == {}
+    assert d["queries"][0]["max_r"] is None and d["queries"][0]["ranks"] == {}
+    bias = d["bias"]
+    assert bias["k"] == 5 and bias["index_langs"] == {"en": 50.0, "zh": 50.0} and bias["queries"] == {"en": 4, "zh": 6}
+    # the same counts from /search itself
+    seen = {"en": [], "zh": []}
+    for q in qs:
+        hits = client.post("/search", json={"query": q.text, "lang": q.lang, "k": 5, "group_candidates": False}).json()
+        seen[q.lang].append([h["lang"] for h in hits["hits"]])
+    for lang, lists in seen.items():
+        flat = [x for top in lists for x in top]
+        assert bias["result_langs"][lang] == {y: pytest.approx(100 * flat.count(y) / len(flat)) for y in ("en", "zh")}
+        assert bias["sees_other"][lang] == pytest.approx(100 * np.mean([any(y != lang for y in t) for t in lists]))
+    assert 0 <= bias["mean_jsd"] <= 1 and set(bias["jsd"]) == {"en", "zh"}
+    # labelled and unlabelled together: Max@R over the labelled one only, the bias over all
+    q = qs[0]
+    body["queries"][0]["relevant"] = [f"xquad-en-{q.group[6:]}", f"xquad-zh-{q.group[6:]}"]
+    m = client.post("/diagnose", json=body).json()
+    assert m["labelled"] == 1 and m["aggregate"]["queries"] == 1 and m["queries"][0]["max_r"] >= 2
+    assert m["queries"][1]["max_r"] is None and m["bias"]["queries"] == {"en": 4, "zh": 6}
+
+
+def test_diagnose_samples_queries_from_the_index(client):
+    """``sample``: one sentence of a document per query, as many per language, the same for a seed;
+    its own document is left out of its list (else it would come first by copying)."""
+    body = {"sample": 10, "seed": 3, "bias_k": 10}
+    a, b = (client.post("/diagnose", json=body).json() for _ in range(2))
+    assert [q["query"] for q in a["queries"]] == [q["query"] for q in b["queries"]]
+    other = client.post("/diagnose", json={**body, "seed": 4}).json()
+    assert [q["query"] for q in other["queries"]] != [q["query"] for q in a["queries"]]
+    assert a["labelled"] == 0 and a["bias"]["queries"] == {"en": 5, "zh": 5}
+    srcs = {q["source_id"] for q in a["queries"]}
+    assert len(srcs) == 10
+    copied = 0
+    for q in a["queries"]:
+        assert q["source_id"].startswith(f"xquad-{q['lang']}-") and q["top1_id"] != q["source_id"]
+        top = client.post("/search", json={"query": q["query"], "lang": q["lang"], "k": 1}).json()["hits"][0]
+        copied += top["id"] == q["source_id"]
+    assert copied >= 8  # why it is left out: /search puts the copied-from document first
+    r = client.post("/diagnose", json={"sample": 5, "dataset": "xquad", "pair": "en-zh"})
+    assert r.status_code == 422 and "give one of 'queries', 'dataset' (with 'pair') or 'sample'" in r.text
