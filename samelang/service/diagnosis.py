@@ -88,29 +88,31 @@ def diagnose(
 ) -> dict:
     """Rank the pool for each query exactly as :meth:`Pipeline.search` serves it (candidates,
     reranking, versions listed after their hit) and audit the lists: the languages of every
-    query's top ``bias_k`` (:func:`~samelang.core.metrics.language_bias.language_bias`) and its
-    top-1; for the labelled queries (a ``relevant`` list) Max@R, Max@R_norm and Comp@10 over the
-    first ``k`` (default: the whole pool) with :mod:`samelang.core.metrics.audit`. ``sources``:
+    query's first ``bias_k`` hits, the documents ``/search`` shows (their other-language versions,
+    attached to a hit, are not counted: they would make every labelled pool look mixed;
+    :func:`~samelang.core.metrics.language_bias.language_bias`) and its top-1; for the labelled
+    queries (a ``relevant`` list) Max@R, Max@R_norm and Comp@10 over the first ``k`` (default: the
+    whole pool) with :mod:`samelang.core.metrics.audit`. ``sources``:
     the row each query was drawn from (:func:`sample_queries`), left out of that query's list."""
     row_of = _check(pipe, queries, opts, field_name)
     labelled = np.array([bool(q.relevant) for q in queries])
     live = live_rows(pipe)
     depth = min(k or len(live), len(live), MAX_DIAGNOSE_DEPTH) if labelled.any() else min(bias_k, len(live))
     qvecs = pipe.encoder.encode_queries([q.query for q in queries])  # one batched pass
-    rankings, qlangs = [], []
+    rankings, tops, qlangs = [], [], []
     for i, (q, qvec) in enumerate(zip(queries, qvecs)):
         work.check()  # a spent budget or a gone client stops the audit between queries
         want = max(depth, bias_k) + (sources is not None)
         r = pipe.search(q.query, replace(opts, k=want, lang=q.lang or None), qvec=qvec[None, :])
-        rows = [row for h in r.hits for row in h.rows if sources is None or row != sources[i]]
-        rankings.append(rows[: max(depth, bias_k)])
+        hits = [h for h in r.hits if sources is None or h.doc.row != sources[i]]
+        rankings.append([row for h in hits for row in h.rows][:depth])  # versions count where found (Max@R)
+        tops.append([h.doc.row for h in hits][:bias_k])  # the hits the reader is shown, in order (the bias)
         qlangs.append(r.query_lang)
     col_of = {int(r): j for j, r in enumerate(live)}
-    S = A.score_matrix([[col_of[r] for r in ranking[:depth]] for ranking in rankings], len(live))
+    S = A.score_matrix([[col_of[r] for r in ranking] for ranking in rankings], len(live))
     langs = np.array([x or "und" for x in pipe.doc_langs[live]], dtype=object)
     ql = np.array([x or "und" for x in qlangs], dtype=object)
-    bias = language_bias(ql.tolist(), [[langs[col_of[r]] for r in ranking] for ranking in rankings],
-                         langs.tolist(), bias_k)  # fmt: skip
+    bias = language_bias(ql.tolist(), [[langs[col_of[r]] for r in top] for top in tops], langs.tolist(), bias_k)
     matrix, rows_l, cols_l = M.top1_language_matrix(S, ql, langs)
     found = np.isfinite(S).any(axis=1)
     top1 = [int(live[t]) if ok else None for t, ok in zip(M.ranking(S)[:, 0], found)]
@@ -123,19 +125,8 @@ def diagnose(
         "per_query_lang": {},
         "top1_lang_matrix": {r: {c: float(matrix[a, b]) for b, c in enumerate(cols_l)} for a, r in enumerate(rows_l)},
     }
-    au = None
-    if labelled.any():
-        which = np.flatnonzero(labelled)
-        R = np.zeros((len(which), len(live)))
-        for j, i in enumerate(which):
-            R[j, [col_of[row_of[x]] for x in queries[i].relevant]] = 1
-        au = A.audit_lists(S[which], R)
-        lq = [qlangs[i] for i in which]
-        top1_l = [langs[col_of[top1[i]]] if top1[i] is not None else None for i in which]
-        out["aggregate"] = au.aggregate(np.ones(len(which), bool), lq, top1_l)
-        out["per_query_lang"] = {x: au.aggregate(ql[which] == x, lq, top1_l) for x in sorted(set(ql[which].tolist()))}
-    out["queries"] = _per_query(pipe, queries, qlangs, au, labelled, col_of, row_of, top1, langs, sources, rankings,
-                                bias_k)  # fmt: skip
+    au = _labelled_audit(out, queries, labelled, S, col_of, row_of, qlangs, ql, top1, langs, len(live))
+    out["queries"] = _per_query(pipe, queries, qlangs, au, labelled, col_of, row_of, top1, langs, sources, tops)
     return out
 
 
@@ -166,8 +157,25 @@ def _check(pipe: Pipeline, queries: list[A.LabelledQuery], opts: SearchOptions, 
     return row_of
 
 
-def _per_query(pipe, queries, qlangs, au, labelled, col_of, row_of, top1, langs, sources, rankings, bias_k):
-    """Each query's audit: its top-1 (id, language), whether its top ``bias_k`` holds another
+def _labelled_audit(out, queries, labelled, S, col_of, row_of, qlangs, ql, top1, langs, n):
+    """Max@R, Max@R_norm and Comp@10 of the labelled queries (their rows of ``S``), into ``out``'s
+    ``aggregate`` and ``per_query_lang``; the audit (``None`` when no query is labelled)."""
+    if not labelled.any():
+        return None
+    which = np.flatnonzero(labelled)
+    R = np.zeros((len(which), n))
+    for j, i in enumerate(which):
+        R[j, [col_of[row_of[x]] for x in queries[i].relevant]] = 1
+    au = A.audit_lists(S[which], R)
+    lq = [qlangs[i] for i in which]
+    top1_l = [langs[col_of[top1[i]]] if top1[i] is not None else None for i in which]
+    out["aggregate"] = au.aggregate(np.ones(len(which), bool), lq, top1_l)
+    out["per_query_lang"] = {x: au.aggregate(ql[which] == x, lq, top1_l) for x in sorted(set(ql[which].tolist()))}
+    return au
+
+
+def _per_query(pipe, queries, qlangs, au, labelled, col_of, row_of, top1, langs, sources, tops):
+    """Each query's audit: its top-1 (id, language), whether its top hits (``tops``) hold another
     language, the document it was drawn from; for a labelled one its relevant ids' ranks, Max@R
     (None when censored) and Comp@10. ``au``: the audit of the labelled queries, in their order."""
     docs = pipe.index.docs.get_rows([t for t in top1 if t is not None])
@@ -182,7 +190,8 @@ def _per_query(pipe, queries, qlangs, au, labelled, col_of, row_of, top1, langs,
             "lang": qlangs[i],
             "top1_id": top1_doc[t].id if t is not None and top1_doc.get(t) else None,
             "top1_lang": langs[col_of[t]] if t is not None else None,
-            "sees_other_lang": any(langs[col_of[r]] != (qlangs[i] or "und") for r in rankings[i][:bias_k]),
+            "top_langs": [langs[col_of[r]] for r in tops[i]],
+            "sees_other_lang": any(langs[col_of[r]] != (qlangs[i] or "und") for r in tops[i]),
             "source_id": source_ids[i] if source_ids else None,
             "ranks": {}, "max_r": None, "max_r_norm": None, "comp_at_10": None, "censored": None,
         }  # fmt: skip

@@ -14,6 +14,7 @@ import typer
 from samelang.core import options
 from samelang.core.paths import EVALUATION_DOC
 from samelang.training.biencoder import BiencoderArgs, train_biencoder
+from samelang.training.evaluation.bias_audit import BiasEvalOptions, run_bias_audit
 from samelang.training.evaluation.biencoder import (
     AblationOptions,
     BiencoderAblation,
@@ -108,6 +109,14 @@ def eval_fusion_cmd(opts: FusionEvalOptions) -> None:
     ``--card`` writes it to models/fusion.json for ``eval pipeline``'s hybrid rows."""
 
     typer.echo(FusionTuning(opts, log=typer.echo).run().table)
+
+
+@eval_app.command("bias")
+@options.command(BiasEvalOptions)
+def eval_bias_cmd(opts: BiasEvalOptions) -> None:
+    """The label-free language-bias audit (/diagnose's code) on the partial-translation and parallel
+    shapes (test articles), for the served default beside the rows it replaced."""
+    typer.echo(run_bias_audit(opts, doc=EVALUATION_DOC, log=typer.echo))
 
 
 @eval_app.command("pipeline")

@@ -331,6 +331,7 @@ class QueryDiagnosis(BaseModel):
     lang: str | None
     top1_id: str | None
     top1_lang: str | None
+    top_langs: list[str] = Field(description="the languages of its first bias_k hits, in order")
     sees_other_lang: bool = Field(description="its top bias_k holds a document in another language")
     source_id: str | None = Field(description="the document a sampled query was drawn from (left out of its list)")
     ranks: dict[str, int | None] = Field(description="rank of each relevant id (labelled queries)")

@@ -7,11 +7,16 @@ from __future__ import annotations
 
 import os
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
 import pytest
 
+from samelang.indexes.corpora import load_xquad
+from samelang.indexes.index import open_index
+from samelang.indexes.writes import build_index
+from samelang.training.evaluation.shapes import present_versions
 from tests.service.conftest import make_app, running
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -60,6 +65,7 @@ def test_the_page_runs_an_audit_and_draws_the_heatmap(server, page):
     assert page.title() == "samelang: language-bias audit"
     page.wait_for_selector("#pair option[value='en-zh']", state="attached")
     assert page.input_value("#pair") == "en-zh"
+    page.check("input[name=source][value=dataset]")
     page.click("#run")
     page.wait_for_selector("#results:not([hidden])", timeout=300_000)
     # the heatmap is the API's top-1 language matrix: rows = query languages, columns = document languages
@@ -78,6 +84,65 @@ def test_the_page_runs_an_audit_and_draws_the_heatmap(server, page):
     assert page.locator("#worst tbody tr").count() == 25
     assert page.locator("#error").is_hidden()
     page.screenshot(path=str(artifacts() / "audit-page.png"), full_page=True)
+
+
+def cells_of(page, selector: str) -> dict[tuple[str, str], float]:
+    """A drawn heatmap as {(row label, column label): value}."""
+    cells = page.locator(f"{selector} td.cell")
+    return {(c.evaluate("e => e.parentElement.firstChild.textContent"), c.evaluate(
+        "e => e.closest('table').tHead.rows[0].cells[e.cellIndex].textContent")): float(c.get_attribute("data-value"))
+        for c in cells.all()}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def partial_server(tmp_path_factory, encoder, service_settings, pipeline):
+    """A collection as users have it: the en+zh test paragraphs as the shape judge's partial-translation
+    shape builds them over two languages (English for ~60% of paragraphs, Chinese for ~25%, at least one
+    each), with no group labels."""
+    docs = load_xquad(["en", "zh"], split="test").documents()
+    keep = present_versions("partial", sorted({d.group for d in docs}), langs=["en", "zh"])
+    docs = [replace(d, group=None) for d in docs if (d.group, d.lang) in keep]
+    out = tmp_path_factory.mktemp("idx") / "xquad-en-zh-partial"
+    build_index(out, docs, encoder.encode_passages, encoder.info, source="xquad:en,zh:test:partial")
+    index = open_index(out, encoder.info)
+    try:
+        with running(make_app(service_settings, pipeline, index=index)) as url:
+            yield url
+    finally:
+        index.close()
+
+
+def test_the_page_audits_sampled_queries_without_labels(partial_server, page):
+    """The default source: queries sampled from the index, no labels, over a partial-translation
+    collection. The page draws the top-k's languages (query language x result language, the index's
+    own row first) as the API reports them, and hides what needs labels. The screenshot is kept
+    (audit-bias.png)."""
+    page.goto(f"{partial_server}/audit")
+    assert page.is_checked("input[name=source][value=sample]")
+    page.fill("#sample", "40")
+    page.fill("#seed", "7")
+    page.click("#run")
+    page.wait_for_selector("#results:not([hidden])", timeout=300_000)
+    api = httpx.post(f"{partial_server}/diagnose", json={"sample": 40, "seed": 7, "bias_k": 10}, timeout=300).json()
+    bias = api["bias"]
+    assert api["labelled"] == 0 and bias["queries"] == {"en": 20, "zh": 20}
+    assert bias["index_langs"]["en"] > 60  # mostly English
+    want = {(r, c): v for r, row in bias["result_langs"].items() for c, v in row.items()}
+    want |= {("index", c): v for c, v in bias["index_langs"].items()}
+    assert cells_of(page, "#bias-heatmap") == want and len(want) == 6
+    assert page.locator("#bias-heatmap tr.reference th").text_content() == "index"
+    rows = page.locator("#bias-lang tbody tr")
+    assert rows.count() == 2
+    for i, lang in enumerate(sorted(bias["result_langs"])):
+        tds = rows.nth(i).locator("td")
+        assert tds.nth(0).text_content() == lang and tds.nth(1).text_content() == str(bias["queries"][lang])
+        assert tds.nth(2).text_content() == f"{bias['jsd'][lang]:.3f}"
+        assert tds.nth(3).text_content() == f"{bias['sees_other'][lang]:.1f}"
+    summary = page.text_content("#summary")
+    assert "40 queries (0 labelled)" in summary and f"{bias['mean_jsd']:.3f} bits" in summary
+    assert page.locator("#labelled").is_hidden() and page.locator("#worst-section").is_hidden()
+    assert page.locator("#error").is_hidden()
+    page.screenshot(path=str(artifacts() / "audit-bias.png"), full_page=True)
 
 
 def test_bad_input_shows_the_api_message(server, page):

@@ -66,15 +66,20 @@ function parseQueries(text) {
 
 function request() {
   const body = {};
-  if (document.querySelector("input[name=source]:checked").value === "dataset") {
+  const source = document.querySelector("input[name=source]:checked").value;
+  if (source === "dataset") {
     body.dataset = "xquad";
     body.pair = $("pair").value;
     body.split = $("split").value;
+  } else if (source === "sample") {
+    body.sample = Number($("sample").value);
+    body.seed = Number($("seed").value || 0);
   } else {
     body.queries = parseQueries($("queries").value);
   }
   if ($("rerank").value) body.rerank = $("rerank").value === "true";
   if ($("k").value) body.k = Number($("k").value);
+  if ($("bias-k").value) body.bias_k = Number($("bias-k").value);
   return body;
 }
 
@@ -119,31 +124,50 @@ function renderPerLang(out) {
     "top-1 in query language (%)", "censored"], rows);
 }
 
-// Top-1 language heatmap: a table whose cells are shaded by their share (0% white, 100% full blue).
-function renderHeatmap(matrix) {
+// A language heatmap: a table whose cells are shaded by their share (0% white, 100% full blue); ``first``
+// (optional) is a reference row drawn above the others, under its own label.
+function heatmap(el, corner, matrix, first) {
   const rows = Object.keys(matrix);
-  const cols = [...new Set(rows.flatMap((r) => Object.keys(matrix[r])))].sort();
+  const cols = [...new Set(rows.flatMap((r) => Object.keys(matrix[r])).concat(
+    first ? Object.keys(first.values) : []))].sort();
   const t = document.createElement("table");
-  header(t, ["query \\ top-1", ...cols]);
+  header(t, [corner, ...cols]);
   const body = t.createTBody();
-  for (const r of rows) {
+  const line = (label, values, cls) => {
     const tr = body.insertRow();
+    if (cls) tr.className = cls;
     const th = document.createElement("th");
-    th.textContent = r;
+    th.textContent = label;
     tr.append(th);
     for (const c of cols) {
-      const v = matrix[r][c] || 0;
+      const v = values[c] || 0;
       const td = cell(tr, v.toFixed(1) + "%", "cell");
       td.dataset.value = String(v);
       td.style.background = "rgba(31, 94, 196, " + (v / 100).toFixed(3) + ")";
       td.style.color = v > 55 ? "white" : "inherit";
     }
-  }
-  $("heatmap").replaceChildren(t);
+  };
+  if (first) line(first.label, first.values, "reference");
+  for (const r of rows) line(r, matrix[r]);
+  el.replaceChildren(t);
+}
+
+function renderHeatmap(matrix) {
+  heatmap($("heatmap"), "query \\ top-1", matrix);
+}
+
+function renderBias(bias) {
+  $("bias-k-shown").textContent = String(bias.k);
+  heatmap($("bias-heatmap"), "query \\ results", bias.result_langs, { label: "index", values: bias.index_langs });
+  const rows = Object.keys(bias.result_langs).map((lang) => [
+    [lang, "text"], [String(bias.queries[lang])], [fmt(bias.jsd[lang], 3)], [fmt(bias.sees_other[lang], 1)],
+  ]);
+  table($("bias-lang"), ["query language", "queries", "JSD from the index (bits)",
+    "queries seeing another language (%)"], rows);
 }
 
 function renderWorst(out) {
-  const worst = [...out.queries].sort((a, b) =>
+  const worst = out.queries.filter((q) => q.censored !== null).sort((a, b) =>
     (b.censored - a.censored) || ((b.max_r ?? 0) - (a.max_r ?? 0))).slice(0, 25);
   const rows = worst.map((q) => [
     [q.query, "text"], [q.lang || "?"], [q.censored ? "> k" : String(q.max_r)],
@@ -156,13 +180,21 @@ function renderWorst(out) {
 function render(out) {
   const a = out.aggregate;
   const c = out.components;
-  $("summary").textContent = a.queries + " queries over " + out.pool_size + " documents (depth " + out.k
-    + "); retriever " + c.retriever + ", reranker " + (c.reranker || "none") + ", candidates " + c.candidates
-    + ". Mean Max@R " + fmt(a.mean_max_r, 2) + ", Max@R norm " + fmt(a.max_r_norm, 1) + "%, Comp@10 "
-    + fmt(a.comp_at_10, 1) + "%.";
-  renderPerLang(out);
+  const b = out.bias;
+  $("summary").textContent = out.queries.length + " queries (" + out.labelled + " labelled) over "
+    + out.pool_size + " documents; retriever " + c.retriever + ", reranker " + (c.reranker || "none")
+    + ", candidates " + c.candidates + ". Top " + b.k + ": mean JSD from the index " + fmt(b.mean_jsd, 3)
+    + " bits, " + fmt(b.sees_other_all, 1) + "% of queries see another language."
+    + (a ? " Labelled (depth " + out.k + "): mean Max@R " + fmt(a.mean_max_r, 2) + ", Max@R norm "
+      + fmt(a.max_r_norm, 1) + "%, Comp@10 " + fmt(a.comp_at_10, 1) + "%." : "");
+  renderBias(b);
   renderHeatmap(out.top1_lang_matrix);
-  renderWorst(out);
+  $("labelled").hidden = !a;
+  $("worst-section").hidden = !a;
+  if (a) {
+    renderPerLang(out);
+    renderWorst(out);
+  }
   $("results").hidden = false;
 }
 
