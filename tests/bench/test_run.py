@@ -76,6 +76,7 @@ def first_table(text: str) -> list[list[str]]:
     return [block[0]] + block[2:]
 
 
+@pytest.mark.slow  # ~4.5 min on 2 cores: the default run stays near 20 min; each section's parts have their own tests
 def test_every_section_runs_at_tiny_sizes_and_prints_its_table(tmp_path, samelang_home):
     """``samelang bench --tiny`` with every section (soak, scale-10m, milvus, train included): each prints its table
     with docs/performance.md's columns and one row per measurement. One process, as a user runs it; the sizes

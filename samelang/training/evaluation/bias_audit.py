@@ -121,6 +121,10 @@ def audit_row(judge: ShapeJudge, row: ShapeRow, shape: str) -> dict:
     return out
 
 
+def _ci(value: float, ci, digits: int) -> str:
+    return f"{value:.{digits}f} [{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]"
+
+
 def table(results: dict) -> str:
     """One line per shape and row: the sampled queries' bias, the labelled questions' bias and Max@R."""
     lines = ["| shape | row | sampled: mean JSD (language-blind) | sampled: sees another language % | "
@@ -128,17 +132,13 @@ def table(results: dict) -> str:
              "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for shape, per in results.items():
         for name, r in per.items():
-            s, lab = r["sampled"], r["labelled"]
-            lines.append(
-                f"| {shape} | {name} | {s['mean_jsd']:.3f} [{s['jsd_ci'][0]:.3f}, {s['jsd_ci'][1]:.3f}] "
-                f"({s['language_blind_jsd']:.3f}) | "
-                f"{s['sees_other']:.1f} [{s['sees_other_ci'][0]:.1f}, {s['sees_other_ci'][1]:.1f}] | "
-                f"{lab['mean_jsd']:.3f} [{lab['jsd_ci'][0]:.3f}, {lab['jsd_ci'][1]:.3f}] "
-                f"({lab['language_blind_jsd']:.3f}) | "
-                f"{lab['sees_other']:.1f} [{lab['sees_other_ci'][0]:.1f}, {lab['sees_other_ci'][1]:.1f}] | "
-                f"{lab['comp_at_10']:.1f} [{lab['comp_ci'][0]:.1f}, {lab['comp_ci'][1]:.1f}] | "
-                f"{lab['mean_max_r']:.1f} |"
-            )
+            cells = []
+            for part in (r["sampled"], r["labelled"]):
+                cells += [f"{_ci(part['mean_jsd'], part['jsd_ci'], 3)} ({part['language_blind_jsd']:.3f})",
+                          _ci(part["sees_other"], part["sees_other_ci"], 1)]  # fmt: skip
+            lab = r["labelled"]
+            cells += [_ci(lab["comp_at_10"], lab["comp_ci"], 1), f"{lab['mean_max_r']:.1f}"]
+            lines.append(f"| {shape} | {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
