@@ -6,6 +6,7 @@
 #   3. the LAMAR reranker, stage 1 and stage 2, a few steps each in bf16;
 #   4. an index built with the encoder on the GPU, searched with FAISS on the GPU;
 #   5. the service's components on the GPU (encoder/reranker in bf16, FAISS on GPU): /search and /rerank;
+#      the engine's speed at each padded-token budget per pass (scripts/gpu_batch_tokens.py);
 #   6. the evaluations on a slice (bi-encoder: full test articles; reranker: 2 questions per language).
 # It installs nothing: run it in an environment that has the project installed with the `gpu` extra
 # (the `train` image of docker/Dockerfile, or `pip install -e '.[gpu,test]'` + the CUDA torch).
@@ -81,6 +82,7 @@ print(f"/search rerank 20 p50 {median_ms(lambda i: pipe.search(qs[i], SearchOpti
 print(f"/rerank 20 paragraphs p50 {median_ms(lambda i: pipe.reranker.score(qs[i], docs)):.1f} ms (in process)")
 PY
 if [ "$DEVICE" = cuda ]; then  # 7,368 texts to embed: seconds on a GPU, ~10 minutes on 2 CPU cores
+  step batch-tokens python scripts/gpu_batch_tokens.py  # the device default of --max-batch-tokens vs 256, 8k, 32k
   step eval-biencoder samelang eval biencoder --model "$OUT/biencoder" --out "$OUT/eval-biencoder"
   RETRIEVER=(--retriever "$OUT/biencoder")
 else

@@ -45,11 +45,12 @@ class Settings(BaseSettings):
     backend: Literal["auto", "torch", "onnx"] = Field(
         "auto", description="auto: ONNX Runtime on CPU for fp32/int8 when installed, else torch"
     )
-    max_batch_tokens: int = Field(
-        MAX_BATCH_TOKENS,
+    max_batch_tokens: int | None = Field(
+        None,
         ge=16,
-        description="padded tokens per forward pass (CPU ~256: small batches stay in cache and fill the parallel "
-        "lanes; GPUs ~32k)",
+        description=f"padded tokens per forward pass; unset: {MAX_BATCH_TOKENS['cpu']} on CPU (small batches stay "
+        f"in cache and fill the parallel lanes), {MAX_BATCH_TOKENS['gpu']} on a GPU (a pass costs about the same at "
+        "either size there)",
     )
 
     parallel_batches: int = Field(

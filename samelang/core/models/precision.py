@@ -16,9 +16,12 @@ from samelang.core.models.folder import recorded_precision
 
 log = logging.getLogger("samelang")
 
-# padded tokens per forward pass, and passes of one call in flight on ONNX Runtime: the defaults of
-# the ``--max-batch-tokens`` and ``--parallel-batches`` options (documented in samelang.core.settings)
-MAX_BATCH_TOKENS = 256
+# padded tokens per forward pass when ``--max-batch-tokens`` is unset, by device, and passes of one call
+# in flight on ONNX Runtime (the ``--parallel-batches`` default); both documented in samelang.core.settings.
+# CPU: small batches stay in cache and fill the parallel lanes. GPU: a pass costs about the same at 256
+# padded tokens as at thousands (kernel launches, not arithmetic, bound it), so 256 left an H200 at a
+# sixth of its speed: 189 vs 1,202 XQuAD paragraphs/s at 256 vs 32,768 (scripts/gpu_batch_tokens.py).
+MAX_BATCH_TOKENS = {"cpu": 256, "gpu": 32768}
 PARALLEL_BATCHES = 2
 PRECISIONS = ("auto", "fp32", "bf16", "fp16", "int8")
 BACKENDS = ("auto", "torch", "onnx")
@@ -38,7 +41,7 @@ class EngineOptions:
 
     precision: str = "auto"
     backend: str = "auto"
-    max_batch_tokens: int = MAX_BATCH_TOKENS  # padded tokens per forward pass (documented in samelang.core.settings)
+    max_batch_tokens: int | None = None  # padded tokens per pass; None: MAX_BATCH_TOKENS for the device
     max_batch_size: int = 64
     threads: int | None = None
     parallel_batches: int = (
@@ -50,7 +53,7 @@ class EngineOptions:
             raise EngineConfigError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
         if self.backend not in BACKENDS:
             raise EngineConfigError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
-        if self.max_batch_tokens < 16 or self.max_batch_size < 1:
+        if (self.max_batch_tokens is not None and self.max_batch_tokens < 16) or self.max_batch_size < 1:
             raise EngineConfigError("max_batch_tokens must be >= 16 and max_batch_size >= 1")
         if self.parallel_batches < 1:
             raise EngineConfigError("parallel_batches must be >= 1")
@@ -117,7 +120,7 @@ def cpu_has_bf16() -> bool:
 
 
 def resolve(options: EngineOptions, device: str, model_dir: Path | None = None) -> EngineOptions:
-    """Concrete precision and backend for ``device``; raises EngineConfigError for impossible pairs."""
+    """Concrete precision, backend and batch size for ``device``; raises EngineConfigError for impossible pairs."""
     precision = options.precision
     on_gpu = device.startswith("cuda")
     if precision == "auto":
@@ -139,7 +142,8 @@ def resolve(options: EngineOptions, device: str, model_dir: Path | None = None) 
         log.warning("this CPU has no native bf16 (AVX512_BF16/AMX): bf16 is emulated and slow")
     if backend == "onnx" and not _has_onnxruntime():
         raise EngineConfigError("--backend onnx needs onnxruntime: pip install onnxruntime")
-    return replace(options, precision=precision, backend=backend)
+    tokens = options.max_batch_tokens or MAX_BATCH_TOKENS["gpu" if on_gpu else "cpu"]
+    return replace(options, precision=precision, backend=backend, max_batch_tokens=tokens)
 
 
 def _gpu_half() -> str:

@@ -11,6 +11,7 @@ import pytest
 
 from samelang.core.models.engine import token_batches
 from samelang.core.models.precision import EngineConfigError, EngineOptions, precision_device, resolve
+from samelang.core.settings import Settings
 
 # The tolerances are the test's own statement of what each precision may cost, not the engine's
 # constants: a test that imports them from the code under test passes whatever the code loosens
@@ -184,6 +185,17 @@ def test_a_spent_budget_stops_batches_running_on_the_runner_threads(base_model_p
     with pytest.raises(work.Cancelled):
         spent.run(enc.encode_passages, TEXTS)
     assert enc.encode_passages(TEXTS).shape[0] == len(TEXTS)
+
+
+def test_padded_tokens_per_pass_default_by_device_and_a_flag_wins(tmp_path):
+    # a GPU pass costs about the same at 256 tokens as at 32k (docs/gpu-host.md): each device its own default
+    assert resolve(EngineOptions("fp32"), "cpu", tmp_path).max_batch_tokens == 256
+    assert resolve(EngineOptions("fp32", "torch"), "cuda", tmp_path).max_batch_tokens == 32768
+    for device in ("cpu", "cuda"):
+        assert resolve(EngineOptions("fp32", "torch", max_batch_tokens=512), device).max_batch_tokens == 512
+    assert Settings(max_batch_tokens=None).engine_options().max_batch_tokens is None  # unset: left to the device
+    with pytest.raises(EngineConfigError, match="max_batch_tokens must be >= 16"):
+        EngineOptions(max_batch_tokens=8)
 
 
 def test_parallel_batches_must_be_positive():
