@@ -14,18 +14,19 @@ after one cold pass that meets each new shape first), and every test question in
 from __future__ import annotations
 
 import argparse
-import platform
 import statistics
 import time
 from pathlib import Path
 
 import torch
 
+from samelang.core.models.base_model import base_model_dir
 from samelang.core.models.encoder import Encoder
 from samelang.core.models.folder import replace_section
-from samelang.core.models.precision import EngineOptions, cpu_flags
+from samelang.core.models.precision import EngineOptions, cpu_summary
 from samelang.core.settings import settings
 from samelang.indexes.corpora import load_xquad
+from samelang.indexes.writes import _embed_all  # the index build's own batching, so that this times it
 
 HEADING = "## Padded tokens per pass on a GPU (measured)"
 DOC = Path(__file__).resolve().parent.parent / "docs" / "gpu-host.md"
@@ -41,17 +42,14 @@ def timed(fn, device: str) -> float:
     return time.perf_counter() - t0
 
 
-def index_build_batches(encode, texts: list[str]) -> None:
-    """What ``samelang index build`` does: longest first, 32 texts per call."""
-    order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
-    for start in range(0, len(order), 32):
-        encode([texts[i] for i in order[start : start + 32]])
-
-
 def measure(enc: Encoder, docs: list[str], questions: list[str], device: str, default: bool) -> str:
     """One table row: the cold pass, the warm passes' median, the questions in one call."""
-    cold = timed(lambda: index_build_batches(enc.encode_passages, docs), device)
-    warm = statistics.median(timed(lambda: index_build_batches(enc.encode_passages, docs), device) for _ in range(3))
+
+    def build():  # what `samelang index build` runs: longest first, 32 texts per call
+        _embed_all(docs, enc.encode_passages, enc.dim, 32, "embedding documents")
+
+    cold = timed(build, device)
+    warm = statistics.median(timed(build, device) for _ in range(3))
     q = timed(lambda: enc.encode_queries(questions), device)
     label = f"{enc.engine.options.max_batch_tokens:,}" + (" (device default)" if default else "")
     return f"| {label} | {cold:.2f} | {len(docs) / warm:,.0f} | {len(questions) / q:,.0f} |"
@@ -65,7 +63,7 @@ def main() -> None:
     device = cfg.torch_device()
     if device != "cuda":
         raise SystemExit("gpu_batch_tokens: no GPU here (torch sees none); this measures the GPU default only")
-    base = cfg.home / "models" / "multilingual-e5-small"
+    base = base_model_dir(cfg.home)
     x = load_xquad(["en", "zh", "de"], split="test")
     docs, questions = [d.text for d in x.documents()], [q.text for q in x.questions]
     rows = []
@@ -74,8 +72,7 @@ def main() -> None:
         rows.append(measure(enc, docs, questions, device, default=budget is None))
         print(rows[-1], flush=True)
         del enc  # one model on the GPU at a time
-    host = (f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}; host CPU {platform.processor() or 'x86-64'} "
-            f"[{' '.join(sorted(f for f in cpu_flags() if f.startswith(('avx2', 'avx512', 'amx'))))}]")  # fmt: skip
+    host = f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}; host CPU {cpu_summary()}"
     body = (
         f"`python scripts/gpu_batch_tokens.py --write` on {host}: the base model in bf16, {len(docs)} XQuAD "
         f"test paragraphs (en, zh, de) in the index build's batches of 32, and {len(questions)} test questions "
