@@ -32,10 +32,11 @@ def build_app(full: bool = True) -> typer.Typer:
     app.command("serve")(serve)
     if full:
         from samelang.bench.cli import bench  # deferred: keeps the bench (faiss, numpy) out of start-up
-        from samelang.training.cli import eval_app, train_app  # deferred: keeps torch out of start-up
+        from samelang.training.cli import data_app, eval_app, train_app  # deferred: keeps torch out of start-up
 
         app.add_typer(train_app, name="train")
         app.add_typer(eval_app, name="eval")
+        app.add_typer(data_app, name="data")
         app.command("bench")(bench)
     return app
 

@@ -25,7 +25,7 @@ from samelang.core.models.encoder import Encoder
 from samelang.core.models.folder import replace_section
 from samelang.core.models.precision import EngineOptions, cpu_summary
 from samelang.core.settings import settings
-from samelang.indexes.corpora import load_xquad
+from samelang.corpora import load_xquad
 from samelang.indexes.writes import _embed_all  # the index build's own batching, so that this times it
 
 HEADING = "## Padded tokens per pass on a GPU (measured)"

@@ -62,7 +62,7 @@ import statistics, time
 from samelang.service.components import describe, load_components
 from samelang.service.results import SearchOptions
 from samelang.service.config import ServiceSettings
-from samelang.indexes.corpora import load_xquad
+from samelang.corpora import load_xquad
 
 cfg = ServiceSettings()
 pipe = load_components(cfg).pipeline

@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 
 from samelang.bench.http_load import ServerProcess, free_port
-from samelang.indexes.corpora import load_xquad
+from samelang.corpora import load_xquad
 
 
 def metric(c: httpx.Client, name: str, **labels) -> float:

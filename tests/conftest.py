@@ -4,10 +4,19 @@ the first test that needs the model prepares it if CI has not already."""
 
 from __future__ import annotations
 
+import hashlib
+import io
+import json
+import lzma
 import os
+import zipfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+
+from samelang.corpora import parallel, qa, sources, views
+from samelang.corpora.store import CorpusStore
 
 
 @pytest.fixture(scope="session")
@@ -43,3 +52,90 @@ def encoder(base_model_path, samelang_home):
     from samelang.core.models.encoder import Encoder
 
     return Encoder(base_model_path, home=samelang_home)
+
+
+# ----------------------------------------------------------------------------- a corpus store of small files
+
+
+def _squad(articles):
+    return json.dumps({"version": "1.1", "data": articles}, ensure_ascii=False).encode()
+
+
+def _par(context, *qas):
+    return {
+        "context": context,
+        "qas": [
+            {"id": qid, "question": q, "answers": [{"text": a, "answer_start": context.find(a)}]} for qid, q, a in qas
+        ],
+    }
+
+
+def _iapp_zip() -> bytes:
+    context = "แมวเป็นสัตว์เลี้ยง ที่นิยมมาก"
+    start = context.find("สัตว์เลี้ยง")
+    row = {
+        "article_id": "A1", "question_id": "A1_000", "title": "แมว", "context": context, "question": "แมวเป็นอะไร",
+        "answers": str({"text": ["สัตว์เลี้ยง"], "answer_start": [start], "answer_end": [start + 11]}),
+    }  # fmt: skip
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        for name in ("data/train.jsonl", "data/valid.jsonl", "data/test.jsonl"):
+            z.writestr(name, json.dumps(row, ensure_ascii=False) + "\n" if name.endswith("train.jsonl") else "")
+    return buf.getvalue()
+
+
+def _parallel_lines(n_docs=3, per_doc=9):
+    docs = [f"doc{d}" for d in range(n_docs) for _ in range(per_doc)]
+    lines = {lang: [f"{lang} sentence {i}." for i in range(len(docs))] for lang in parallel.FLORES_CODES}
+    return docs, lines
+
+
+def fake_files() -> dict[str, dict[str, bytes]]:
+    """source -> path -> bytes, in each source's format."""
+    docs, lines = _parallel_lines()
+    flores = {f"{parallel.FLORES_DIR}devtest/{code}.devtest": "\n".join(lines[lang]).encode() + b"\n"
+              for lang, code in parallel.FLORES_CODES.items()}  # fmt: skip
+    meta = "URL\tdomain\n" + "".join(f"{d}\tnews\n" for d in docs)
+    flores[parallel.FLORES_DIR + "metadata_devtest.tsv"] = meta.encode()
+    ntrex = {f"NTREX-128/newstest2019-ref.{code}.txt": "\n".join(lines[lang][:10]).encode() + b"\n"
+             for lang, code in parallel.NTREX_CODES.items()}  # fmt: skip
+    ntrex["DOCUMENT_IDS.tsv"] = "".join(f"n{i // 5}\n" for i in range(10)).encode()
+    cmrc = _squad([
+        {"title": "北京", "paragraphs": [_par("北京是中国的首都。", ("c1", "中国的首都是哪里？", "北京")),
+                                          _par("北京有很多胡同。", ("c2", "北京有什么？", "胡同"))]},
+        {"title": "Super_Bowl_50", "paragraphs": [_par("超级碗50是一场比赛。", ("c3", "超级碗50是什么？", "比赛"))]},
+    ])  # fmt: skip
+    drcd = _squad([{"title": "臺灣", "paragraphs": [_par("臺灣的首都是臺北。", ("d1", "臺灣的首都是哪裡？", "臺北"))]}])
+    arcd = _squad([{"title": "مصر", "paragraphs": [_par("القاهرة عاصمة مصر.", ("a1", "ما عاصمة مصر؟", "القاهرة"))]}])
+    paris = _par("Paris is the capital of France.", ("t1", "What is the capital of France?", "Paris"))
+    tydi_en = _squad([{"paragraphs": [paris]}])
+    blank = {"id": "r1", "question": "Какая столица России?", "answers": [{"text": "", "answer_start": 0}]}
+    tydi_blank = _squad([{"paragraphs": [{"context": "Москва — столица России.", "qas": [blank]}]}])
+    tydi = {path: tydi_en for path in qa.TYDI_FILES["en"]}
+    tydi |= {qa.TYDI_FILES["ar"][0]: _squad([]), qa.TYDI_FILES["ru"][0]: tydi_blank}
+    return {
+        "flores200": flores, "ntrex128": ntrex,
+        "cmrc2018": {"squad-style-data/cmrc2018_dev.json": cmrc, "squad-style-data/cmrc2018_trial.json": _squad([])},
+        "drcd": {"DRCD_dev.json": drcd, "DRCD_test.json": _squad([])},
+        "arcd": {"data/arcd.json": arcd}, "iapp_wiki_qa": {"squad_format/data.zip": _iapp_zip()},
+        "tydiqa_goldp": tydi,
+    }  # fmt: skip
+
+
+@pytest.fixture()
+def fake_corpus_store(tmp_path, monkeypatch):
+    """A store of the fake files, with the declarations swapped for theirs."""
+    files = fake_files()
+    fake = []
+    for s in sources.SOURCES:
+        decl = tuple(sources.SourceFile(p, len(b), hashlib.sha256(b).hexdigest()) for p, b in files[s.name].items())
+        fake.append(replace(s, files=decl, licence_file=None))
+        for p, b in files[s.name].items():
+            target = tmp_path / "store" / s.name / (p + ".xz")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(lzma.compress(b))
+    by_name = {s.name: s for s in fake}
+    for module in (qa, parallel):
+        monkeypatch.setattr(module, "BY_NAME", by_name)
+    monkeypatch.setattr(views, "SOURCES", tuple(fake))
+    return CorpusStore(tmp_path / "store")

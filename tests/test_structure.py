@@ -1,6 +1,7 @@
 """The house rules that code review kept repeating, checked.
 
-* One package, layered: ``samelang.indexes`` <- ``samelang.core`` <- ``samelang.service`` <-
+* One package, layered: ``samelang.corpora`` (the ground floor: every data set's reader and the records
+  all layers share) <- ``samelang.indexes`` <- ``samelang.core`` <- ``samelang.service`` <-
   ``samelang.training`` / ``samelang.bench``; the CLI (``samelang.cli``) is the composition root
   above them all. The training imports the service because its judge goes through the code path the
   routes serve.
@@ -25,12 +26,18 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "samelang"
 # what each layer may import from the project (a module of a layer may import its own layer)
 ALLOWED = {
-    "samelang.indexes": {"samelang.indexes"},
-    "samelang.core": {"samelang.indexes", "samelang.core"},
-    "samelang.service": {"samelang.indexes", "samelang.core", "samelang.service"},
-    "samelang.training": {"samelang.indexes", "samelang.core", "samelang.service", "samelang.training"},
-    "samelang.bench": {"samelang.indexes", "samelang.core", "samelang.service", "samelang.bench"},
-}
+    "samelang.corpora": {"samelang.corpora"},
+    "samelang.indexes": {"samelang.corpora", "samelang.indexes"},
+    "samelang.core": {"samelang.corpora", "samelang.indexes", "samelang.core"},
+    "samelang.service": {"samelang.corpora", "samelang.indexes", "samelang.core", "samelang.service"},
+    "samelang.training": {
+        "samelang.corpora", "samelang.indexes", "samelang.core", "samelang.service", "samelang.training"
+    },
+    "samelang.bench": {"samelang.corpora", "samelang.indexes", "samelang.core", "samelang.service", "samelang.bench"},
+}  # fmt: skip
+# what an index needs of the corpora to build one: the records and the JSONL reader of a user's own documents,
+# the text checks, and XQuAD (the bundled demo index). No training corpus reader.
+INDEXES_MAY_READ = {"samelang.corpora", "samelang.corpora.records", "samelang.corpora.jsonl", "samelang.corpora.text"}
 MAX_FUNCTION_LINES = 60
 MAX_MODULE_LINES = 450
 
@@ -154,6 +161,18 @@ def test_imports_go_one_way(layer):
             if bad:
                 wrong[module] = sorted(bad)
     assert not wrong, f"{layer} imports upward: {wrong}"
+
+
+def test_indexes_read_no_training_corpus():
+    """``indexes/`` holds index code: of the corpora it imports only what building an index needs (the
+    records, a user's JSONL, the text checks), never a training corpus reader."""
+    wrong = {
+        module: sorted(t for t in targets if t.startswith("samelang.corpora") and t not in INDEXES_MAY_READ)
+        for module, targets in import_graph(ROOT, "samelang").items()
+        if module.startswith("samelang.indexes")
+    }
+    assert not {m: t for m, t in wrong.items() if t}, wrong
+    assert not (PACKAGE / "indexes" / "corpora").exists() and not (PACKAGE / "indexes" / "data").exists()
 
 
 def test_the_package_is_the_only_top_level_name():

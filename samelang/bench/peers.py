@@ -23,7 +23,7 @@ import numpy as np
 
 from samelang.core.models.encoder import Encoder
 from samelang.core.models.precision import EngineOptions, resolve
-from samelang.indexes.corpora import load_xquad
+from samelang.corpora import load_xquad
 from samelang.indexes.vectors import normalise
 from samelang.service.registry import default_weights
 

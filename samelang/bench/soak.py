@@ -18,7 +18,7 @@ from pathlib import Path
 
 import httpx
 
-from samelang.indexes.corpora import load_xquad
+from samelang.corpora import load_xquad
 
 MIX = (("search", 6), ("search_rerank", 1), ("rerank", 1), ("answer", 1), ("diagnose", 1))
 

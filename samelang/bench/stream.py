@@ -20,7 +20,7 @@ from httpx_sse import connect_sse
 
 from samelang.bench.common import TINY_LANGS, serve_command
 from samelang.bench.http_load import ServerProcess, free_port
-from samelang.indexes.corpora import XQUAD_LANGS, load_xquad
+from samelang.corpora import XQUAD_LANGS, load_xquad
 
 
 def questions(tiny: bool) -> list[str]:

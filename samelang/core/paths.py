@@ -9,4 +9,5 @@ REPO = Path(__file__).resolve().parents[2]
 REPO_MODELS = REPO / "models"  # the shipped model folders and records (serving.json, fusion.json)
 DOCS = REPO / "docs"  # the measured pages, written by the commands that measure them
 EVALUATION_DOC = DOCS / "evaluation.md"
+DATA_DOC = DOCS / "data.md"
 PERFORMANCE_DOC = DOCS / "performance.md"

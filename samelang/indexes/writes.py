@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+from samelang.corpora.records import Document
 from samelang.indexes import vectors as V
 from samelang.indexes.atomic import atomic_dir, atomic_write_text
-from samelang.indexes.corpora.records import Document
 from samelang.indexes.docstore import DocStore, StoredDoc
 from samelang.indexes.generations import (
     CURRENT,

@@ -101,7 +101,7 @@ def index_build(cfg: IndexBuildOptions) -> None:
     SQLite docstore, manifest."""
     import numpy as np  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
 
-    from samelang.indexes.corpora import (  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
+    from samelang.corpora import (  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
         load_documents_jsonl,
         load_xquad,
     )
@@ -144,7 +144,7 @@ def index_build(cfg: IndexBuildOptions) -> None:
 @options.command(IndexAddOptions)
 def index_add(cfg: IndexAddOptions) -> None:
     """Add documents without rebuilding; a crash leaves the previous generation live."""
-    from samelang.indexes.corpora import (
+    from samelang.corpora import (
         load_documents_jsonl,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
     )
     from samelang.indexes.langid import (

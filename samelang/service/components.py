@@ -15,7 +15,7 @@ import faiss
 from samelang.core.models.generation import LlamaCppGenerator, NoGenerator, OpenAIGenerator
 from samelang.core.models.reranker import CosineReranker, CrossEncoderReranker
 from samelang.core.resources import LoadLedger, rss_mb
-from samelang.indexes.corpora import XQUAD_LANGS
+from samelang.corpora import XQUAD_LANGS
 from samelang.indexes.index import OpenIndex, open_index
 from samelang.indexes.langid import get_identifier
 from samelang.indexes.vectors import set_search_threads

@@ -15,7 +15,7 @@ from samelang.core.models.gemma_checkpoint import generator_gguf
 from samelang.core.models.onnx_export import precision_variant
 from samelang.core.models.precision import resolve
 from samelang.core.paths import REPO_MODELS
-from samelang.indexes.corpora import check_langs, load_xquad
+from samelang.corpora import check_langs, load_xquad
 from samelang.indexes.generations import IndexNotFound, read_index_manifest
 from samelang.indexes.stores import MILVUS_SCHEMA, StoreSpec
 from samelang.indexes.writes import build_index

@@ -27,14 +27,16 @@ from samelang.core import options
 from samelang.core.models import folder
 from samelang.core.models.base_model import PASSAGE_PREFIX, QUERY_PREFIX, ensure_base_model
 from samelang.core.models.model_card import ModelCardData, render_model_card
-from samelang.indexes.corpora import load_xquad
+from samelang.corpora import load_xquad
+from samelang.corpora.views import Views
 from samelang.training import loop
+from samelang.training.corpus import CorpusTrainingOptions
 from samelang.training.data import TARGET_LANGS, build_align_pairs, build_triplets, dev_articles, group_unique_batches
 from samelang.training.loop import OPERATIONAL
 from samelang.training.losses import InfoNCELoss, JSDLoss
 
 
-class BiencoderArgs(loop.TrainerArgs):
+class BiencoderArgs(loop.TrainerArgs, CorpusTrainingOptions):
     """Options of ``samelang train biencoder`` (the shared ones in :class:`loop.TrainerArgs`)."""
 
     base: str | None = Field(None, description="Base checkpoint folder (default: the converted multilingual-e5-small).")
@@ -57,6 +59,14 @@ class BiencoderArgs(loop.TrainerArgs):
         description="With --target-queries: each q_t also chooses its p_t over a paragraph of the same article "
         "(in its language), besides the batch's paragraphs.",
     )
+
+    corpus: bool = Field(
+        False,
+        description="Also learn from the training corpora (docs/data.md): L_NCE of each QA question over its "
+        "passage, its document's other passages and the batch's; L_NCE of the cross-language ICT queries; "
+        "L_JSD between a parallel passage in English and in another language.",
+    )
+    corpus_batch: int = Field(16, ge=2, description="With --corpus: QA rows, ICT queries and parallel pairs per step.")
 
     @model_validator(mode="after")
     def _hard_negatives_need_target_queries(self) -> BiencoderArgs:
@@ -147,6 +157,48 @@ def compute_loss(
     return parts
 
 
+def corpus_batch(views: Views, n: int, rng: np.random.Generator) -> dict[str, list]:
+    """One step's corpus rows: ``n`` QA rows and ``n`` ICT queries with distinct positives (another row's
+    positive would be a false in-batch negative) and ``n`` parallel passages with a target language."""
+    qa = [views.qa[i] for i in rng.permutation(len(views.qa))[: 4 * n]]
+    seen, rows = set(), []
+    for r in qa:
+        if r.positive_id not in seen and len(rows) < n:
+            rows.append(r)
+            seen.add(r.positive_id)
+    ict = [views.ict[i] for i in rng.permutation(len(views.ict))[: 4 * n]]
+    ict = list({q.passage: q for q in ict}.values())[:n]
+    par = [views.parallel[i] for i in rng.choice(len(views.parallel), min(n, len(views.parallel)), replace=False)]
+    return {"qa": rows, "ict": ict, "parallel": [(p, str(rng.choice(TARGET_LANGS))) for p in par]}
+
+
+def corpus_loss(module, batch: dict[str, list], jsd: JSDLoss, nce: InfoNCELoss) -> dict[str, torch.Tensor]:
+    """The corpus terms (``--corpus``), each the seed's own loss on a new view of the data:
+
+    * ``nce_qa``  = InfoNCE(q, [p+_1..p+_n, d-_1..d-_n]): a question over the batch's gold passages and
+      one other passage of each row's document (the same-topic confusion);
+    * ``nce_ict`` = InfoNCE(s_A, [p_B]): a sentence in language A over the batch's parallel passages
+      (that sentence left out) in language B;
+    * ``jsd_par`` = L_JSD(z(p_en), z(p_tgt)) over parallel passages (seed 000's alignment term)."""
+    parts: dict[str, torch.Tensor] = {}
+    if len(batch["qa"]) > 1:
+        rows = batch["qa"]
+        golds = {r.positive for r in rows}
+        negs = list(dict.fromkeys(r.negatives[0] for r in rows if r.negatives and r.negatives[0] not in golds))
+        cand = module([r.positive for r in rows] + negs, PASSAGE_PREFIX)
+        parts["nce_qa"] = nce(module([r.query for r in rows], QUERY_PREFIX), cand)
+    if len(batch["ict"]) > 1:
+        ict = batch["ict"]
+        parts["nce_ict"] = nce(
+            module([q.query for q in ict], QUERY_PREFIX), module([q.positive for q in ict], PASSAGE_PREFIX)
+        )
+    if batch["parallel"]:
+        par = batch["parallel"]
+        z_en = module([p.text("en") for p, _ in par], PASSAGE_PREFIX)
+        parts["jsd_par"] = jsd(z_en, module([p.text(lang) for p, lang in par], PASSAGE_PREFIX))
+    return parts
+
+
 @torch.no_grad()
 def dev_eval(module, device, langs: list[str], articles: tuple[int, ...]) -> dict:
     """Multi scenario on the dev slice (train articles held out of training)."""
@@ -185,6 +237,7 @@ def train_biencoder(args: BiencoderArgs, log=print) -> Path:
     dev = dev_articles(args.dev_n_articles)
     triplets = build_triplets(args.langs, "train", args.seed, args.per_lang or None, exclude_articles=dev)
     align = build_align_pairs(args.langs, args.seed, args.tatoeba_per_lang) if args.tatoeba_per_lang else []
+    views = args.training_views().split("train") if args.corpus else None
     groups = [t.group for t in triplets]
     epoch_batches = functools.lru_cache(maxsize=2)(
         lambda epoch: group_unique_batches(groups, args.batch_size, args.seed + epoch)
@@ -205,6 +258,12 @@ def train_biencoder(args: BiencoderArgs, log=print) -> Path:
         abatch = [align[(step * args.batch_size + i) % len(align)] for i in range(args.batch_size)] if align else None
         with loop.autocast(device, args.precision):
             parts = compute_loss(fwd, args.loss, batch, jsd, nce, abatch, args.target_queries, args.hard_negatives)
+            if views is not None:
+                extra = corpus_loss(
+                    fwd, corpus_batch(views, args.corpus_batch, np.random.default_rng([args.seed, step])), jsd, nce
+                )
+                parts |= extra
+                parts["loss"] = parts["loss"] + sum(extra.values())
         step += 1
         rec = loop.optimiser_step(parts, params, opt, sched, step, started)
         bar.update(1)

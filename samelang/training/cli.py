@@ -8,12 +8,17 @@ objects of :mod:`samelang.training.evaluation`, which own their scoring, caches 
 from __future__ import annotations
 
 import functools
+import json
 
 import typer
 
 from samelang.core import options
-from samelang.core.paths import EVALUATION_DOC
+from samelang.core.paths import DATA_DOC, EVALUATION_DOC
+from samelang.corpora.provenance import PROVENANCE, render_provenance
+from samelang.indexes.atomic import atomic_write_text
 from samelang.training.biencoder import BiencoderArgs, train_biencoder
+from samelang.training.contamination import DataFilterOptions, run_filter
+from samelang.training.corpus import DATA_DOC_HEAD, DataImportOptions, DataInfoOptions, import_sources, info_report
 from samelang.training.evaluation.bias_audit import BiasEvalOptions, run_bias_audit
 from samelang.training.evaluation.biencoder import (
     AblationOptions,
@@ -30,6 +35,7 @@ from samelang.training.reranker import RerankerArgs, train_reranker
 
 train_app = typer.Typer(help="Train the models (CPU for small runs, GPUs via torchrun).", no_args_is_help=True)
 eval_app = typer.Typer(help="Evaluate on the held-out XQuAD test articles.", no_args_is_help=True)
+data_app = typer.Typer(help="The training corpora: import, keep XQuAD out, describe.", no_args_is_help=True)
 
 
 def _usage_errors(fn):
@@ -129,3 +135,40 @@ def eval_pipeline_cmd(opts: PipelineEvalOptions) -> None:
         return
 
     typer.echo(run_pipeline_evaluation(opts, EVALUATION_DOC, log=typer.echo).table)
+
+
+@data_app.command("import")
+@options.command(DataImportOptions)
+@_usage_errors
+def data_import_cmd(opts: DataImportOptions) -> None:
+    """Copy the declared corpus files from snapshots of their repositories into the corpus store,
+    each checked against its sha256 (PROVENANCE.md lists them)."""
+    store = opts.store()
+    for name, what in import_sources(opts.snapshots, store, force=opts.force).items():
+        typer.echo(f"{name}: {what}")
+    typer.echo(f"store: {store.root}")
+
+
+@data_app.command("filter")
+@options.command(DataFilterOptions)
+@_usage_errors
+def data_filter_cmd(opts: DataFilterOptions) -> None:
+    """Drop every corpus passage the aligned model finds as close to an XQuAD paragraph as XQuAD's own
+    translations are to each other (the threshold is calibrated on XQuAD); writes contamination.json."""
+    result = run_filter(opts)
+    typer.echo(json.dumps(result["calibration"], indent=1))
+    embedded = f"{result['texts']} texts embedded in {result['seconds']} s"
+    typer.echo(f"dropped {len(result['dropped'])} of {result['passages']} passages ({embedded})")
+
+
+@data_app.command("info")
+@options.command(DataInfoOptions)
+@_usage_errors
+def data_info_cmd(opts: DataInfoOptions) -> None:
+    """Examples per source x language x view, what the filters dropped, licences and sizes on disk."""
+    report = info_report(opts)
+    typer.echo(report)
+    if opts.write:
+        atomic_write_text(PROVENANCE, render_provenance())
+        atomic_write_text(DATA_DOC, DATA_DOC_HEAD + report + "\n")
+        typer.echo(f"wrote {PROVENANCE} and {DATA_DOC}")

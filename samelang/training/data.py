@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from samelang.indexes.corpora import XQUAD_LANGS, load_split, load_tatoeba, load_xquad
+from samelang.corpora import XQUAD_LANGS, load_split, load_tatoeba, load_xquad
 
 TARGET_LANGS: tuple[str, ...] = tuple(x for x in XQUAD_LANGS if x != "en")
 

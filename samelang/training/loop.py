@@ -26,7 +26,7 @@ from samelang.indexes.atomic import atomic_dir, atomic_write_bytes
 # the modules LoRA adapts in both trainers (every linear layer of the BERT encoder)
 LORA_TARGETS = ["query", "key", "value", "attention.output.dense", "intermediate.dense", "output.dense"]
 # options that change how a run is carried out, not the model it produces: left out of reproduce commands
-OPERATIONAL = ("resume", "device", "eval_every", "save_every", "home")
+OPERATIONAL = ("resume", "device", "eval_every", "save_every", "home", "corpora")
 
 
 class TrainerArgs(BaseSettings):
@@ -70,8 +70,8 @@ class TrainerArgs(BaseSettings):
     )
 
     def saved(self) -> dict:
-        """The options as ``training_args.json`` keeps them (JSON types; not the machine's cache folder)."""
-        return self.model_dump(mode="json", exclude={"home"})
+        """The options as ``training_args.json`` keeps them (JSON types; not the machine's cache and corpus folders)."""
+        return self.model_dump(mode="json", exclude={"home", "corpora"})
 
 
 def seed_all(seed: int) -> None:

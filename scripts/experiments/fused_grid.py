@@ -35,7 +35,7 @@ from samelang.core.models.encoder import Encoder
 from samelang.core.models.folder import replace_section
 from samelang.core.models.fused import FusionConfig, write_calibration
 from samelang.core.settings import settings
-from samelang.indexes.corpora import XQUAD_LANGS, load_xquad
+from samelang.corpora import XQUAD_LANGS, load_xquad
 from samelang.indexes.lexical import LexicalIndex
 from samelang.service.registry import REPO_MODELS, open_encoder, resolve_model
 from samelang.training.evaluation.biencoder import embed_xquad

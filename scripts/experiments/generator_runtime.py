@@ -26,7 +26,7 @@ from pathlib import Path
 from samelang.core.models.gemma_checkpoint import prepare_generator
 from samelang.core.models.generation import LlamaCppGenerator, join_answer, until_stop
 from samelang.core.resources import rss_mb
-from samelang.indexes.corpora import load_xquad
+from samelang.corpora import load_xquad
 from samelang.service.config import ServiceSettings
 from samelang.service.prompts import build_prompt
 

@@ -26,7 +26,7 @@ import numpy as np
 from samelang.core.models.base_model import ensure_base_model
 from samelang.core.models.encoder import Encoder
 from samelang.core.settings import settings
-from samelang.indexes.corpora import XQUAD_LANGS, load_xquad
+from samelang.corpora import XQUAD_LANGS, load_xquad
 from samelang.indexes.lexical import LexicalIndex, fuse
 from samelang.training.evaluation.biencoder import embed_xquad
 from samelang.training.evaluation.fusion import FusionEvalOptions, FusionTuning, tuning_articles

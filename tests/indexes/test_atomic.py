@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from samelang.corpora import Document
 from samelang.indexes import atomic as A
-from samelang.indexes.corpora import Document
 from samelang.indexes.generations import ModelInfo
 from samelang.indexes.index import open_index
 from samelang.indexes.writes import build_index

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from samelang.indexes.corpora import Document, load_xquad
+from samelang.corpora import Document, load_xquad
 from samelang.indexes.generations import IndexModelMismatch, IndexNotFound, ModelInfo
 from samelang.indexes.index import index_info, open_index
 from samelang.indexes.langid import get_identifier
@@ -87,7 +87,7 @@ CRASH = textwrap.dedent(
     import os, sys
     from pathlib import Path
     import samelang.indexes.writes as I
-    from samelang.indexes.corpora import Document
+    from samelang.corpora import Document
     from samelang.core.models.encoder import Encoder
 
     step = sys.argv[2]

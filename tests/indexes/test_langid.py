@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from samelang.indexes.corpora import XQUAD_LANGS, load_xquad
+from samelang.corpora import XQUAD_LANGS, load_xquad
 from samelang.indexes.langid import get_identifier
 
 

@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 
-from samelang.indexes.corpora import Document, load_xquad
+from samelang.corpora import Document, load_xquad
 from samelang.indexes.generations import AnalyzerMismatch, read_index_manifest
 from samelang.indexes.index import open_index
 from samelang.indexes.lexical import K1, B, LexicalIndex, best_rows, fuse

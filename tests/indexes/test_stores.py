@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from samelang.indexes.corpora import Document, load_xquad
+from samelang.corpora import Document, load_xquad
 from samelang.indexes.index import open_index
 from samelang.indexes.stores import StoreSpec
 from samelang.indexes.writes import add_documents, build_index

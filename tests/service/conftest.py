@@ -8,7 +8,7 @@ import socket
 import httpx
 import pytest
 
-from samelang.indexes.corpora import load_xquad
+from samelang.corpora import load_xquad
 from samelang.indexes.index import open_index
 from samelang.indexes.langid import get_identifier
 from samelang.indexes.writes import build_index

@@ -217,7 +217,7 @@ def cross_encoder_reranker(samelang_home):
 
 
 def test_twenty_concurrent_requests_each_get_their_own_result(batched_server):
-    from samelang.indexes.corpora import load_xquad
+    from samelang.corpora import load_xquad
 
     batched_server, gates = batched_server
     x = load_xquad(["en", "zh"], split="test")

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from samelang.indexes.corpora import load_xquad
+from samelang.corpora import load_xquad
 from samelang.indexes.index import open_index
 
 pytest.importorskip("ray", reason="the Ray engine is the extra 'ray': pip install -e '.[ray]'")

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from samelang.bench.http_load import ServerProcess, free_port
-from samelang.indexes.corpora import load_xquad
+from samelang.corpora import load_xquad
 
 REPO = Path(__file__).resolve().parents[2]
 

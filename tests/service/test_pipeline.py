@@ -10,8 +10,8 @@ import httpx
 import numpy as np
 import pytest
 
-from samelang.indexes.corpora import XQUAD_LANGS, load_xquad
-from samelang.indexes.corpora.records import Document
+from samelang.corpora import XQUAD_LANGS, load_xquad
+from samelang.corpora.records import Document
 from samelang.indexes.index import open_index
 from samelang.indexes.langid import get_identifier
 from samelang.indexes.writes import build_index

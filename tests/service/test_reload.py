@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 
-from samelang.indexes.corpora import Document, load_xquad
+from samelang.corpora import Document, load_xquad
 from samelang.indexes.writes import add_documents, build_index
 from tests.service.conftest import make_app, running
 

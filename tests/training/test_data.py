@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from samelang.indexes.corpora import load_split
+from samelang.corpora import load_split
 from samelang.training.data import TARGET_LANGS, build_align_pairs, build_triplets, dev_articles, group_unique_batches
 
 
@@ -51,7 +51,7 @@ def test_group_unique_batches_hold_no_false_negatives():
 def test_triplets_carry_the_parallel_target_question():
     """XQuAD questions are parallel (same id in every language): each triplet holds its question in
     the target language too, for the target-language query terms."""
-    from samelang.indexes.corpora import load_xquad
+    from samelang.corpora import load_xquad
 
     triplets = build_triplets("de,zh", seed=0, per_lang=20)
     by_id = {q.text: q.id for q in load_xquad(["en"], split="train").questions}
@@ -62,7 +62,7 @@ def test_triplets_carry_the_parallel_target_question():
 
 
 def test_hard_negatives_are_other_paragraphs_of_the_same_article_and_change_no_draw():
-    from samelang.indexes.corpora import load_xquad
+    from samelang.corpora import load_xquad
 
     trip = build_triplets("th,zh", seed=0, per_lang=64)
     article_of = {p.group: p.article for p in load_xquad(["en"], split="train").paragraphs}

@@ -55,7 +55,7 @@ def test_the_sample_is_fixed_and_spans_every_article():
     assert len(s) == 48 and s[0] == 0 and s[-1] == 373 and (np.diff(s) > 0).all()
     assert (ev.sample_indices(374, 48) == s).all()
     assert (ev.sample_indices(10, 48) == np.arange(10)).all()
-    from samelang.indexes.corpora import load_xquad
+    from samelang.corpora import load_xquad
 
     arts = {load_xquad(["en"], split="test").questions[i].article for i in s}
     assert len(arts) == 16  # all held-out test articles
@@ -181,7 +181,7 @@ def test_eval_pipeline_command_end_to_end(tmp_path, samelang_home):
 
 
 def test_fusion_weights_are_tuned_on_articles_the_model_never_saw(tmp_path, base_model_path):
-    from samelang.indexes.corpora import load_split
+    from samelang.corpora import load_split
     from samelang.service.registry import ALIGNED_BIENCODER
     from samelang.training.data import dev_articles
     from samelang.training.evaluation import fusion

@@ -76,3 +76,17 @@ def test_adr_mse_equals_sentence_transformers_adrmseloss():
     docs = [[str(x) for x in row.tolist()] for row in scores]
     theirs = ADRMSELoss(_ScoresAsModel())((["q"] * 8, docs), list(labels)).item()
     assert adr_mse(scores, labels).item() == pytest.approx(theirs, rel=1e-5)
+
+
+def test_the_relevance_loss_is_cross_entropy_with_the_positive_first_and_masks_short_groups():
+    import torch.nn.functional as F
+
+    from samelang.training.losses import listwise_softmax
+
+    s = torch.tensor([[2.0, 1.0, 0.5], [0.1, 3.0, -1.0]])
+    assert torch.allclose(listwise_softmax(s), F.cross_entropy(s, torch.zeros(2, dtype=torch.long)))
+    mask = torch.tensor([[True, True, False], [True, True, True]])
+    short = torch.tensor([[2.0, 1.0, 99.0], [0.1, 3.0, -1.0]])  # a padded slot never counts
+    zero = torch.zeros(1, dtype=torch.long)
+    want = (F.cross_entropy(s[:1, :2], zero) + F.cross_entropy(s[1:], zero)) / 2
+    assert torch.allclose(listwise_softmax(short, mask), want)

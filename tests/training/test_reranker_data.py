@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from samelang.indexes.corpora import XQUAD_LANGS, load_split, load_xquad
+from samelang.corpora import XQUAD_LANGS, load_split, load_xquad
 from samelang.training.data import dev_articles
 from samelang.training.reranker_data import build_coherence_groups, build_distill_instances, lang_pair
 

@@ -11,7 +11,7 @@ import pytest
 
 from samelang.core.metrics.audit import LabelledQuery
 from samelang.core.paths import REPO_MODELS
-from samelang.indexes.corpora import XQUAD_LANGS, load_xquad
+from samelang.corpora import XQUAD_LANGS, load_xquad
 from samelang.service.registry import shipped_cross_encoders
 from samelang.training.evaluation import shapes as S
 from samelang.training.evaluation import shapes_run as SR

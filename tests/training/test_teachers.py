@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from samelang.indexes.corpora import load_xquad
-from samelang.indexes.corpora.records import Document
+from samelang.corpora import load_xquad
+from samelang.corpora.records import Document
 
 
 @pytest.fixture(scope="module")

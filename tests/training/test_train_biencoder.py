@@ -97,3 +97,17 @@ def test_run_timing_counts_steps_recorded_before_timing_at_the_median():
     assert t["steps_per_s"] == pytest.approx(4 / 12.0, abs=1e-4)
     assert "1 steps before timing" in timing_line(t)
     assert run_timing([{"step": 1}], seconds=5.0)["train_seconds"] == 5.0  # nothing timed: this process's time
+
+
+def test_the_corpus_views_add_their_three_terms(tmp_path, base_model_path, fake_corpus_store):
+    (fake_corpus_store.root / "contamination.json").write_text('{"dropped": {}}')
+    out = tmp_path / "corpus"
+    args = BiencoderArgs(out=out, base=str(base_model_path), langs="zh", per_lang=2, batch_size=2, max_steps=2,
+                         max_length=32, dev_n_articles=0, device="cpu", corpus=True, corpus_batch=3,
+                         corpora=fake_corpus_store.root, hold_out="drcd")  # fmt: skip
+    train_biencoder(args, log=lambda *a: None)
+    history = json.loads((out / "history.json").read_text())
+    assert all(h["nce_qa"] > 0 and h["nce_ict"] > 0 and h["jsd_par"] > 0 for h in history)
+    terms = ("jsd", "nce", "nce_qa", "nce_ict", "jsd_par")
+    assert all(abs(h["loss"] - sum(v for k, v in h.items() if k in terms)) < 1e-3 for h in history)
+    assert json.loads((out / "training_args.json").read_text())["hold_out"] == "drcd"

@@ -91,3 +91,20 @@ def test_arguments_are_checked(tmp_path):
         RerankerArgs(out=tmp_path, stage=2)
     with pytest.raises(ValueError, match="(?s)objective.*'full', 'no-lc' or 'no-rank'"):
         RerankerArgs(out=tmp_path, stage=2, init="x", objective="nope")
+
+
+def test_the_relevance_stage_trains_on_the_corpus_views(tmp_path, fake_corpus_store, samelang_home):
+    (fake_corpus_store.root / "contamination.json").write_text('{"dropped": {}}')
+    args = RerankerArgs(
+        out=tmp_path / "stage0", stage=0, corpora=fake_corpus_store.root, hold_out="arcd", langs="en,zh",
+        negatives_per_query=2, batch_size=3, max_steps=2, max_length=48, dev_questions=0, device="cpu",
+        home=samelang_home,
+    )  # fmt: skip
+    said = []
+    train_reranker(args, log=said.append)
+    history = json.loads((args.out / "history.json").read_text())
+    assert [h["step"] for h in history] == [1, 2] and all(h["relevance"] > 0 for h in history)
+    assert any("relevance groups:" in s and "arcd" in s for s in said)
+    assert "relevance stage" in (args.out / "README.md").read_text()
+    # stage 1 distils it: a relevance model is a CrossEncoder folder the teachers take
+    assert json.loads((args.out / "training_args.json").read_text())["stage"] == 0

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from samelang.core.metrics import retrieval as M
-from samelang.indexes.corpora import XQUAD_LANGS, load_xquad
-from samelang.indexes.corpora.xquad import paragraph_id
+from samelang.corpora import XQUAD_LANGS, load_xquad
+from samelang.corpora.xquad import paragraph_id
 
 
 @dataclass(frozen=True)

@@ -53,8 +53,8 @@ from pathlib import Path
 
 import numpy as np
 
+from samelang.corpora import XQUAD_LANGS, load_xquad
 from samelang.indexes.atomic import atomic_write_bytes, atomic_write_text
-from samelang.indexes.corpora import XQUAD_LANGS, load_xquad
 from samelang.indexes.generations import ModelInfo
 
 FUSED_CONFIG = "fused.json"

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer
 
-from samelang.indexes.corpora import load_xquad
+from samelang.corpora import load_xquad
 
 ALPHA = 0.8
 # part of the int8 graph's cache key (and of the embedding caches and demo index built with it): a changed

@@ -16,9 +16,9 @@ from pydantic import (
     model_validator,
 )
 
-from samelang.indexes.corpora import XQUAD_LANGS
+from samelang.corpora import XQUAD_LANGS
+from samelang.corpora.text import text_problem
 from samelang.indexes.langid import supported_languages
-from samelang.indexes.text import text_problem
 
 MAX_QUERY_CHARS = 2000
 MAX_ID_CHARS = 512

@@ -33,8 +33,8 @@ from samelang.core.models.model_card import DATA_AND_LICENCES, EVAL_HEADING
 from samelang.core.models.precision import EngineOptions
 from samelang.core.options import PathList, StrList, parse_options
 from samelang.core.settings import settings
+from samelang.corpora import XQUAD_LANGS, load_xquad
 from samelang.indexes.atomic import atomic_write_bytes, atomic_write_text
-from samelang.indexes.corpora import XQUAD_LANGS, load_xquad
 from samelang.training.evaluation.common import EvalOptions, Report
 
 TARGETS = tuple(x for x in XQUAD_LANGS if x != "en")

@@ -26,8 +26,8 @@ from samelang.core.models.base_model import ensure_base_model
 from samelang.core.models.encoder import Encoder
 from samelang.core.models.folder import read_training_args
 from samelang.core.options import StrList
+from samelang.corpora import XQUAD_LANGS, load_split, load_xquad
 from samelang.indexes.atomic import atomic_write_text
-from samelang.indexes.corpora import XQUAD_LANGS, load_split, load_xquad
 from samelang.indexes.lexical import LexicalIndex, fuse
 from samelang.service.registry import BASE, REPO_MODELS
 from samelang.training.data import dev_articles

@@ -59,7 +59,7 @@ from samelang.core.models.generation import NoGenerator
 from samelang.core.models.precision import EngineOptions
 from samelang.core.models.reranker import CosineReranker
 from samelang.core.options import StrList
-from samelang.indexes.corpora import XQUAD_LANGS, load_xquad
+from samelang.corpora import XQUAD_LANGS, load_xquad
 from samelang.indexes.index import open_index
 from samelang.indexes.langid import get_identifier
 from samelang.service.components import Components, load_components

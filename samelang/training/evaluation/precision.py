@@ -26,7 +26,7 @@ from samelang.core.models.precision import EngineOptions, cpu_has_bf16, cpu_mode
 from samelang.core.models.reranker import CrossEncoderReranker
 from samelang.core.options import StrList
 from samelang.core.settings import settings
-from samelang.indexes.corpora import load_xquad
+from samelang.corpora import load_xquad
 from samelang.service.registry import default_cross_encoder, default_weights
 from samelang.training.evaluation import reranker as ev
 from samelang.training.evaluation.biencoder import embed_xquad, evaluate

@@ -41,8 +41,8 @@ from samelang.core.models.precision import EngineOptions
 from samelang.core.models.reranker import CrossEncoderReranker
 from samelang.core.options import PathList, StrList
 from samelang.core.settings import settings
+from samelang.corpora import XQUAD_LANGS, load_xquad
 from samelang.indexes.atomic import atomic_write_text
-from samelang.indexes.corpora import XQUAD_LANGS, load_xquad
 from samelang.service.registry import default_cross_encoder, default_weights
 from samelang.training.evaluation.biencoder import Embeddings, embed_xquad
 from samelang.training.evaluation.common import EvalOptions, Report

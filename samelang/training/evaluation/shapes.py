@@ -54,8 +54,8 @@ from samelang.core.metrics import audit as A
 from samelang.core.models.generation import NoGenerator
 from samelang.core.models.precision import EngineOptions
 from samelang.core.models.reranker import CosineReranker
-from samelang.indexes.corpora import XQUAD_LANGS, load_xquad
-from samelang.indexes.corpora.records import Document
+from samelang.corpora import XQUAD_LANGS, load_xquad
+from samelang.corpora.records import Document
 from samelang.indexes.index import open_index
 from samelang.indexes.langid import get_identifier
 from samelang.indexes.writes import build_index

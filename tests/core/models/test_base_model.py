@@ -10,7 +10,7 @@ import pytest
 
 from samelang.core.models import base_model, folder
 from samelang.core.models.e5_q4 import dequantize_q4_0, read_e5_file
-from samelang.indexes.corpora import XQUAD_LANGS, load_xquad
+from samelang.corpora import XQUAD_LANGS, load_xquad
 
 N_TEXTS = 20
 

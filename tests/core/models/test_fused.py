@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from samelang.indexes.corpora import load_xquad
-from samelang.indexes.corpora.records import Document
+from samelang.corpora import load_xquad
+from samelang.corpora.records import Document
 from samelang.indexes.index import open_index
 from samelang.indexes.langid import get_identifier
 from samelang.indexes.writes import build_index

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from samelang.core.models import quantise
-from samelang.indexes.corpora import load_xquad
+from samelang.corpora import load_xquad
 
 
 def _fp32_graph(base_model_path, samelang_home):

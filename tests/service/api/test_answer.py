@@ -12,7 +12,7 @@ from fastapi import FastAPI
 from pydantic import BaseModel
 
 from samelang.core.models.generation import GeneratorUnavailable, LlamaCppGenerator, OpenAIGenerator
-from samelang.indexes.corpora import load_xquad
+from samelang.corpora import load_xquad
 from tests.service.conftest import free_port, make_app, running
 
 
@@ -213,7 +213,7 @@ def test_the_same_prompt_gets_the_same_answer_whatever_came_before(gemma):
 
 def test_a_prompt_has_at_most_one_token_per_byte(gemma):
     # LlamaCppGenerator.fits skips counting tokens below this bound: it must hold in every language
-    from samelang.indexes.corpora import XQUAD_LANGS
+    from samelang.corpora import XQUAD_LANGS
 
     texts = [p.text for p in load_xquad(XQUAD_LANGS, split="test").paragraphs]
     texts += [q.text for q in load_xquad(XQUAD_LANGS, split="test").questions[::40]]

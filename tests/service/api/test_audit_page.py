@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from samelang.indexes.corpora import load_xquad
+from samelang.corpora import load_xquad
 from samelang.indexes.index import open_index
 from samelang.indexes.writes import build_index
 from samelang.training.evaluation.shapes import present_versions

@@ -10,7 +10,7 @@ import time
 import httpx
 import pytest
 
-from samelang.indexes.corpora import load_xquad
+from samelang.corpora import load_xquad
 from samelang.service.limits import Limits
 from tests.service.conftest import make_app, running
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from samelang.core import metrics as M
-from samelang.indexes.corpora import load_xquad
+from samelang.corpora import load_xquad
 
 
 def test_health_ready_info_metrics_openapi(client):

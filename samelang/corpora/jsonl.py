@@ -13,8 +13,8 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
-from samelang.indexes.corpora.records import Document, LabelledQuery
-from samelang.indexes.text import text_problem
+from samelang.corpora.records import Document, LabelledQuery
+from samelang.corpora.text import text_problem
 
 
 class CorpusFormatError(ValueError):

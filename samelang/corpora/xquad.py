@@ -13,14 +13,14 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 
-from samelang.indexes.corpora.records import SPLITS, Answer, Document, Paragraph, Question, Split
+from samelang.corpora.records import SPLITS, Answer, Document, Paragraph, Question, Split
 
 XQUAD_LANGS: tuple[str, ...] = ("en", "ar", "de", "el", "es", "hi", "ro", "ru", "th", "tr", "vi", "zh")
 BOM = "\ufeff"
 
 
 def _data_file(name: str):
-    return resources.files("samelang.indexes").joinpath("data", "xquad", name)
+    return resources.files("samelang.corpora").joinpath("data", "xquad", name)
 
 
 @lru_cache(maxsize=1)

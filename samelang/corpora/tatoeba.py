@@ -8,7 +8,7 @@ import tarfile
 from functools import lru_cache
 from importlib import resources
 
-from samelang.indexes.corpora.records import SentencePair
+from samelang.corpora.records import SentencePair
 
 # ISO 639-3 (file names) -> the XQuAD language codes used everywhere else
 TATOEBA_CODES: dict[str, str] = {
@@ -19,7 +19,7 @@ TATOEBA_CODES: dict[str, str] = {
 
 @lru_cache(maxsize=1)
 def _files() -> dict[str, list[str]]:
-    raw = resources.files("samelang.indexes").joinpath("data", "tatoeba", "tatoeba.tar.xz").read_bytes()
+    raw = resources.files("samelang.corpora").joinpath("data", "tatoeba", "tatoeba.tar.xz").read_bytes()
     out = {}
     with tarfile.open(fileobj=io.BytesIO(lzma.decompress(raw)), mode="r:") as tar:
         for member in tar.getmembers():

@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from samelang.indexes.corpora import (
+from samelang.corpora import (
     XQUAD_LANGS,
     CorpusFormatError,
     load_documents_jsonl,
@@ -16,7 +16,7 @@ from samelang.indexes.corpora import (
     load_tatoeba,
     load_xquad,
 )
-from samelang.indexes.corpora.xquad import BOM, _raw
+from samelang.corpora.xquad import BOM, _raw
 
 
 @pytest.mark.parametrize("lang", XQUAD_LANGS)
@@ -149,7 +149,7 @@ def test_labelled_queries_jsonl(tmp_path):
     ],
 )
 def test_jsonl_refuses_text_a_model_cannot_use(tmp_path, line, field, words):
-    from samelang.indexes.corpora.jsonl import CorpusFormatError, load_documents_jsonl
+    from samelang.corpora.jsonl import CorpusFormatError, load_documents_jsonl
 
     f = tmp_path / "c.jsonl"
     f.write_text(line + "\n")

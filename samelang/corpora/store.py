@@ -1,0 +1,89 @@
+"""Where the training corpora's files live, and reading them back checked against their sha256.
+
+The files are not in the repository: this workplace lets developers commit no file that a repository
+snapshot brings, and lets data files in only through the steering repository's ``shared/``. So the
+store is a folder laid out as ``<store>/<source>/<path>.xz`` (xz-compressed, the sha256 being the
+upstream file's), filled by ``samelang data import --from DIR`` from snapshots of the repositories,
+and looked for first in ``shared/corpora`` beside the checkout (where a steering commit puts it for
+every developer and CI), then in ``$SAMELANG_HOME/corpora``. Every read checks the sha256, so a file
+that is not the declared one is never trained on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import lzma
+import subprocess
+from pathlib import Path
+
+from samelang.corpora.sources import SOURCES, Source, SourceFile
+
+IMPORT_HINT = "run `samelang data import --from DIR` (DIR: snapshots of the repositories PROVENANCE.md names)"
+
+
+class CorpusMissing(FileNotFoundError):
+    """A source's file is not in the store, or is not the declared file."""
+
+
+def shared_store() -> Path:
+    """``shared/corpora`` beside the checkout this package runs from."""
+    return Path(__file__).resolve().parents[2].parent / "shared" / "corpora"
+
+
+def default_store(home: Path) -> Path:
+    """The shared store when it holds any source, else ``<home>/corpora``."""
+    shared = shared_store()
+    if any((shared / s.name).is_dir() for s in SOURCES):
+        return shared
+    return Path(home) / "corpora"
+
+
+class CorpusStore:
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+
+    def file(self, source: Source, f: SourceFile) -> Path:
+        return self.root / source.name / (f.path + ".xz")
+
+    def has(self, source: Source) -> bool:
+        return all(self.file(source, f).is_file() for f in source.files)
+
+    def present(self) -> list[Source]:
+        return [s for s in SOURCES if self.has(s)]
+
+    def read(self, source: Source, path: str) -> bytes:
+        """The upstream bytes of ``path``, checked against the declared sha256."""
+        f = next((x for x in source.files if x.path == path), None)
+        if f is None:
+            raise KeyError(f"{source.name} declares no file {path!r}")
+        target = self.file(source, f)
+        if not target.is_file():
+            raise CorpusMissing(f"{source.name}: {path} is not in the corpus store {self.root}: {IMPORT_HINT}")
+        data = lzma.decompress(target.read_bytes())
+        if hashlib.sha256(data).hexdigest() != f.sha256:
+            raise CorpusMissing(f"{target}: not the declared file (sha256 differs): {IMPORT_HINT}")
+        return data
+
+    def size_on_disk(self, source: Source) -> int:
+        return sum(self.file(source, f).stat().st_size for f in source.files if self.file(source, f).is_file())
+
+
+def snapshot_places(root: Path, source: Source) -> list[Path]:
+    """Where a snapshot of ``source``'s repository may be under ``root``: a bare git directory or a
+    checkout, named ``owner+name/repo``, ``owner+name``, ``owner/name`` or ``name``."""
+    owner, name = source.repo.split("/")
+    return [root / f"{owner}+{name}" / "repo", root / f"{owner}+{name}", root / owner / name, root / name]
+
+
+def snapshot_blob(place: Path, source: Source, f: SourceFile) -> bytes | None:
+    """``f`` at the declared commit from a git directory (bare or a checkout's), or the plain file in a
+    folder that is not one; ``None`` when it is not there."""
+    git_dir = place / ".git" if (place / ".git").exists() else place
+    if (git_dir / "HEAD").is_file() and (git_dir / "objects").is_dir():
+        out = subprocess.run(
+            ["git", "--git-dir", str(git_dir), "cat-file", "blob", f"{source.commit}:{f.path}"],
+            capture_output=True,
+        )
+        return out.stdout if out.returncode == 0 else None
+    plain = place / f.path
+    return plain.read_bytes() if plain.is_file() else None
