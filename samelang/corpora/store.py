@@ -3,7 +3,7 @@
 The files are not in the repository: this workplace lets developers commit no file that a repository
 snapshot brings, and lets data files in only through the steering repository's ``shared/``. So the
 store is a folder laid out as ``<store>/<source>/<path>.xz`` (xz-compressed, the sha256 being the
-upstream file's), filled by ``samelang data import --from DIR`` from snapshots of the repositories,
+upstream file's), filled by ``samelang data import --snapshots DIR`` from snapshots of the repositories,
 and looked for first in ``shared/corpora`` beside the checkout (where a steering commit puts it for
 every developer and CI), then in ``$SAMELANG_HOME/corpora``. Every read checks the sha256, so a file
 that is not the declared one is never trained on.
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from samelang.corpora.sources import SOURCES, Source, SourceFile
 
-IMPORT_HINT = "run `samelang data import --from DIR` (DIR: snapshots of the repositories PROVENANCE.md names)"
+IMPORT_HINT = "run `samelang data import --snapshots DIR` (DIR: snapshots of the repositories PROVENANCE.md names)"
 
 
 class CorpusMissing(FileNotFoundError):

@@ -82,6 +82,7 @@ class Views:
     passages: dict[str, QAPassage]
     drops: dict[str, Counter] = field(default_factory=dict)  # source -> reason -> passages dropped
     seconds: float = 0.0
+    digests: dict[str, str] = field(default_factory=dict)  # source -> digest of every passage id read
 
     def split(self, part: PartName) -> Views:
         keep = {p.id for p in self.parallel if split_of(p.source, p.doc) == part}
@@ -92,6 +93,7 @@ class Views:
             self.passages,
             self.drops,
             self.seconds,
+            self.digests,
         )
 
 
@@ -159,22 +161,26 @@ def load_views(
     missing = [s.name for s in chosen if not store.has(s)]
     if missing:
         raise CorpusMissing(
-            f"{', '.join(missing)} not in the corpus store {store.root}: run `samelang data import --from DIR`"
+            f"{', '.join(missing)} not in the corpus store {store.root}: run `samelang data import --snapshots DIR`"
         )
     passages: dict[str, QAPassage] = {}
     examples: list[QAExample] = []
     parallel: list[ParallelPassage] = []
     drops: dict[str, Counter] = {}
+    digests: dict[str, str] = {}
     for s in chosen:
         counts = drops.setdefault(s.name, Counter())
         if s.kind == "parallel":
-            for p in read_parallel(store, s.name):
+            read = read_parallel(store, s.name)
+            digests[s.name] = _checked_digest(s.name, [p.id for p in read], contamination)
+            for p in read:
                 if p.id in dropped:
                     counts[dropped[p.id].get("reason", "cosine")] += 1
                 else:
                     parallel.append(p)
             continue
         ps, es = read_qa(store, s.name)
+        digests[s.name] = _checked_digest(s.name, [p.id for p in ps], contamination)
         for p in ps:
             if p.title and title_key(p.title) in titles:
                 counts["xquad title"] += 1
@@ -184,4 +190,14 @@ def load_views(
                 passages[p.id] = p
         examples += es
     qa = _qa_rows(passages, examples)
-    return Views(qa, parallel, ict_queries(parallel), passages, drops, time.perf_counter() - start)
+    return Views(qa, parallel, ict_queries(parallel), passages, drops, time.perf_counter() - start, digests)
+
+
+def _checked_digest(source: str, ids: list[str], contamination: dict | None) -> str:
+    """The digest of a source's passage ids; a filter result that saw other passages of it is refused
+    (a re-imported or new source would otherwise be read unfiltered)."""
+    digest = hashlib.sha256("\n".join(sorted(ids)).encode()).hexdigest()[:16]
+    seen = (contamination or {}).get("sources")
+    if seen is not None and seen.get(source) != digest:
+        raise CorpusMissing(f"{CONTAMINATION_FILE} was computed over other {source} passages: {FILTER_HINT}")
+    return digest

@@ -44,7 +44,6 @@ class DataFilterOptions(DataOptions):
     )  # fmt: skip
 
 
-
 def calibrate(X: np.ndarray, groups: np.ndarray, langs: np.ndarray, start: float = START_THRESHOLD) -> dict:
     """The threshold that catches every translation of an XQuAD paragraph, and what it costs.
 
@@ -120,6 +119,7 @@ def run_filter(options: DataFilterOptions) -> dict:
         "passages": len(set(keys)),
         "texts": len(texts),
         "seconds": round(time.perf_counter() - start, 1),
+        "sources": views.digests,
         "dropped": dropped,
     }
     atomic_write_text(store.root / CONTAMINATION_FILE, json.dumps(result, ensure_ascii=False, indent=1))
@@ -155,5 +155,3 @@ def whole_articles(dropped: dict[str, dict], views: Views) -> dict[str, dict]:
         if 2 * n > len(hits):
             out |= {i: {"cos": None, "xquad": article, "reason": "article"} for i in ids if i not in dropped}
     return out
-
-

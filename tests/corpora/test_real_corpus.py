@@ -1,6 +1,6 @@
 """The real corpus store: what the training views hold, and that XQuAD and MLQA stay out of it.
 
-These need the store (``samelang data import --from DIR`` then ``samelang data filter``): without it
+These need the store (``samelang data import --snapshots DIR`` then ``samelang data filter``): without it
 they skip and say so. The declarations' own checks (provenance, licences, no test set declared) run
 everywhere, in test_sources.py.
 """

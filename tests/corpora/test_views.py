@@ -107,3 +107,11 @@ def test_a_snapshot_blob_is_read_at_the_declared_commit(tmp_path):
     f = sources.SourceFile("f.txt", 6, hashlib.sha256(b"first\n").hexdigest())
     assert snapshot_blob(repo, src, f) == b"first\n"  # the declared commit, not the checkout's file
     assert snapshot_blob(repo, src, sources.SourceFile("absent.txt", 0, "")) is None
+
+
+def test_a_filter_result_over_other_passages_is_refused(fake_store):
+    v = load_views(fake_store, require_filter=False)
+    assert load_views(fake_store, contamination={"dropped": {}, "sources": v.digests}).qa == v.qa
+    stale = dict(v.digests, arcd="0" * 16)  # arcd re-imported with other passages since the filter ran
+    with pytest.raises(CorpusMissing, match="computed over other arcd passages"):
+        load_views(fake_store, contamination={"dropped": {}, "sources": stale})
