@@ -266,6 +266,8 @@ def write_run_files(
         ("adapter_sha256" if adapter else "weights_sha256"): sha256_files(final, weights),
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+    if getattr(args, "layers", None):
+        manifest["base_layers"] = args.layers  # the loader keeps these first layers of the base
     folder.write_manifest(final, manifest)
     return training_args
 

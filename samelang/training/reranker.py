@@ -36,6 +36,7 @@ from tqdm.auto import tqdm
 from samelang.core import options
 from samelang.core.models import folder
 from samelang.core.models.base_model import ensure_base_model
+from samelang.core.models.loading import keep_layers
 from samelang.core.models.model_card import ModelCardData, render_model_card
 from samelang.corpora import XQUAD_LANGS, load_xquad
 from samelang.training import loop
@@ -86,6 +87,11 @@ class RerankerArgs(loop.TrainerArgs, CorpusTrainingOptions):
         "full", description="Stage 2: full (L_rank + lambda L_LC) or the ablations no-lc | no-rank."
     )
     negatives_per_query: int = Field(4, ge=1, description="Stage 0: negatives per query (same document first).")
+    layers: int | None = Field(
+        None, ge=1, le=48,
+        description="Keep the first N transformer layers of the base: a faster reranker (default: all; a later "
+        "stage takes its --init's)",
+    )  # fmt: skip
     batch_size: int = Field(
         16, ge=1, description="Pairs (stage 1), groups of 4 documents (stage 2) or queries (stage 0) per step."
     )
@@ -97,6 +103,15 @@ class RerankerArgs(loop.TrainerArgs, CorpusTrainingOptions):
         if self.stage == 2 and not self.init:
             raise ValueError("--stage 2 continues from a stage-1 model: pass --init DIR")
         return self
+
+
+def init_layers(args: RerankerArgs) -> int | None:
+    """The layers the model keeps: ``--layers``, or the ``--init`` adapter's (a later stage must not
+    change them: its adapter holds weights for those layers only)."""
+    saved = (folder.read_manifest(args.init) or {}).get("base_layers") if args.init else None
+    if saved and args.layers and saved != args.layers:
+        raise ValueError(f"--init {args.init} keeps {saved} layers: --layers {args.layers} would not match it")
+    return args.layers or saved
 
 
 class RerankerModule(torch.nn.Module):
@@ -111,11 +126,14 @@ class RerankerModule(torch.nn.Module):
 
         init = args.init or str(ensure_base_model(home))
         base = str(ensure_base_model(home)) if folder.is_adapter(init) else init
+        self.layers = init_layers(args)
         self.tokenizer = AutoTokenizer.from_pretrained(base)
         # dropout off in the encoder (3-4x slower attention on CPU); LoRA has its own
         model = AutoModelForSequenceClassification.from_pretrained(
             base, num_labels=1, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0
         )
+        if self.layers:
+            keep_layers(model, self.layers)
         torch.manual_seed(args.seed)  # the new head's initialisation is part of the run's seed
         if folder.is_adapter(init):
             from peft import PeftModel  # deferred: keeps peft out of start-up
@@ -231,6 +249,7 @@ def train_reranker(args: RerankerArgs, log=print) -> Path:
     steps_per_epoch = max(1, len(data) // (args.batch_size * world))
     total = args.max_steps or max(1, int(steps_per_epoch * args.epochs))
     module = RerankerModule(args, home).to(device)
+    args.layers = module.layers  # a later stage records the layers its --init kept (the loader reads them)
     fwd, params, opt, sched, step, history = loop.setup(module, args, total, device, local_rank, world, log)
     t0 = time.perf_counter()
     bar = tqdm(total=total, initial=step, desc=f"train reranker (stage {args.stage})", disable=rank != 0)

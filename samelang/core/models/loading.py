@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from samelang.core.models.base_model import ensure_base_model
-from samelang.core.models.folder import adapter_saved_modules, is_adapter, read_adapter_config
+from samelang.core.models.folder import adapter_saved_modules, is_adapter, read_adapter_config, read_manifest
 
 log = logging.getLogger("samelang")
 
@@ -124,11 +124,28 @@ def load_model(
     from peft import PeftModel  # deferred: peft imports torch, which a server on ONNX never loads
 
     base = ensure_base_model(home)
+    layers = (read_manifest(path) or {}).get("base_layers")
     with _quiet_load(drop_conversion_notice=True) as held:
         model = build(base)
         transformer = model[0]
+        if layers:
+            keep_layers(transformer.model, int(layers))
         transformer.model = PeftModel.from_pretrained(transformer.model, str(path)).merge_and_unload()
     notes = _explain(path.name, held.reports, covered)
     r = read_adapter_config(path).get("r")
-    log.info("%s: base %s + LoRA adapter (r=%s) merged%s", path.name, base.name, r, "".join(f"; {n}" for n in notes))
+    kept = f" (its first {layers} layers)" if layers else ""
+    notes_text = "".join(f"; {n}" for n in notes)
+    log.info("%s: base %s%s + LoRA adapter (r=%s) merged%s", path.name, base.name, kept, r, notes_text)
     return model.eval()
+
+
+def keep_layers(hf_model, n: int) -> None:
+    """Keep the first ``n`` transformer layers of a BERT-family model (a faster model: the layers above are
+    dropped, not skipped), as a model trained with ``--layers n`` was."""
+    import torch  # deferred: peft's caller already imports it; a server on ONNX never reaches this
+
+    encoder = hf_model.base_model.encoder
+    if not 1 <= n <= len(encoder.layer):
+        raise ValueError(f"cannot keep {n} layers of a model with {len(encoder.layer)}")
+    encoder.layer = torch.nn.ModuleList(list(encoder.layer)[:n])
+    hf_model.config.num_hidden_layers = n
