@@ -74,7 +74,7 @@ def _squad(c: _Collect, data: dict, stem: str, convert=None) -> None:
         for p, par in enumerate(article["paragraphs"]):
             context = par["context"]
             for q, qa in enumerate(par["qas"]):
-                answers = [(x.get("text") or "", int(x.get("answer_start", -1))) for x in qa.get("answers", [])]
+                answers = _answers(qa)
                 qid = qa.get("id") or f"{stem}-{a}-{p}-{q}"
                 if convert is None:
                     c.add(doc, title, context, qid, qa["question"], answers)
@@ -84,6 +84,11 @@ def _squad(c: _Collect, data: dict, stem: str, convert=None) -> None:
                 c.add(
                     f"{stem}/{convert(title) or a}", convert(title), ctx, qid, convert(qa["question"]), moved, context
                 )
+
+
+def _answers(qa: dict) -> list[tuple[str, int]]:
+    """``(text, start)`` of a SQuAD-format question's answers (a blank text where a source blanked it)."""
+    return [(x.get("text") or "", int(x.get("answer_start", -1))) for x in qa.get("answers", [])]
 
 
 def _moved_start(context: str, answer: str, start: int) -> int:
@@ -161,7 +166,7 @@ def read_tydiqa(store: CorpusStore) -> list[_Collect]:
                 for par in article["paragraphs"]:
                     doc = passage_id("tydiqa_goldp", lang, par["context"])
                     for qa in par["qas"]:
-                        answers = [(x.get("text") or "", int(x.get("answer_start", -1))) for x in qa.get("answers", [])]
+                        answers = _answers(qa)
                         c.add(doc, "", par["context"], qa["id"], qa["question"], answers)
         out.append(c)
     return out

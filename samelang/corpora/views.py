@@ -71,6 +71,7 @@ class ICTQuery:
     positive: str
     positive_lang: str
     passage: str  # the ParallelPassage id
+    source: str
     split: PartName
 
 
@@ -137,7 +138,9 @@ def ict_queries(parallel: list[ParallelPassage], seed: int = 0) -> list[ICTQuery
             query = p.sentences[a][i]
             if query:
                 out.append(
-                    ICTQuery(f"{p.id}-{a}{i}-{b}", query, a, p.text(b, skip=i), b, p.id, split_of(p.source, p.doc))
+                    ICTQuery(
+                        f"{p.id}-{a}{i}-{b}", query, a, p.text(b, skip=i), b, p.id, p.source, split_of(p.source, p.doc)
+                    )
                 )
     return out
 

@@ -144,7 +144,7 @@ def info_rows(views: Views) -> list[dict]:
         for lang in XQUAD_LANGS:
             counts[(p.source, lang, "parallel")] += 1
     for q in views.ict:
-        counts[(_source_of(q.passage), q.query_lang, "ict")] += 1
+        counts[(q.source, q.query_lang, "ict")] += 1
     rows = []
     for source, lang in sorted({(s, lang) for s, lang, _ in counts}):
         rows.append({
@@ -153,10 +153,6 @@ def info_rows(views: Views) -> list[dict]:
             "parallel": counts[(source, lang, "parallel")], "ict": counts[(source, lang, "ict")],
         })  # fmt: skip
     return rows
-
-
-def _source_of(passage_id: str) -> str:
-    return passage_id.rsplit("-", 1)[0]
 
 
 def info_report(options: DataInfoOptions) -> str:

@@ -51,7 +51,6 @@ def corpus_groups(views: Views, k: int, rng: random.Random) -> list[RelevanceGro
         if r.split == "train":
             negatives = _fill(list(r.negatives), pools[(r.source, r.lang)], r.positive, k, rng)
             out.append(RelevanceGroup(r.query, (r.positive, *negatives), r.lang, r.source))  # fmt: skip
-    by_id = {p.id: p for p in views.parallel}
     for q in views.ict:
         if q.split != "train":
             continue
@@ -60,7 +59,7 @@ def corpus_groups(views: Views, k: int, rng: random.Random) -> list[RelevanceGro
             for p in rng.sample(views.parallel, min(len(views.parallel), k + 1))
             if p.id != q.passage
         ]
-        out.append(RelevanceGroup(q.query, (q.positive, *others[:k]), q.query_lang, by_id[q.passage].source))
+        out.append(RelevanceGroup(q.query, (q.positive, *others[:k]), q.query_lang, q.source))
     return out
 
 
