@@ -4,11 +4,16 @@
 # models in place (models/), so run it in a clean clone and read `git diff` afterwards:
 #   1. bi-encoder v3 (seed 000: L_JSD + L_NCE, target-language queries, same-article hard negatives);
 #   2. the fused retriever over it: calibration, then the knobs chosen on the train-article shapes;
-#   3. LAMAR v2 (seed 002): stage 1 distilled from the fused retriever's English score, stage 2 on the
-#      fused retriever's own candidates (train-article partial-translation and parallel pools);
-#   4. `samelang eval pipeline --shapes --full` (the judge; --card is left to a person who read it).
+#   3. the reranker's relevance stage on the training corpus (TyDi QA held out: the judge's
+#      out-of-domain shape), 2,400 steps;
+#   4. LAMAR v3 (seed 002): stage 1 distils the relevance model's English score into every language
+#      pair, its documents the fused retriever's best-ranked wrong ones; stage 2 on the fused
+#      retriever's own candidates and on groups from the corpus's parallel passages;
+#   5. `samelang eval pipeline --shapes --full` (the judge; --card is left to a person who read it).
 # It installs nothing: an environment with the project's `gpu` extra and the CUDA torch==2.13.0
-# (the `train` image of docker/Dockerfile). Run scripts/gpu_smoke.sh first.
+# (the `train` image of docker/Dockerfile). Run scripts/gpu_smoke.sh first. The corpus store must be
+# there (SAMELANG_CORPORA, or shared/corpora beside the checkout): `samelang data import --snapshots
+# DIR` then `samelang data filter` make it, on any machine, and it can be copied.
 #   scripts/gpu_train.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,10 +34,14 @@ step biencoder-v3 samelang train biencoder --out models/e5-small-aligned-v3 --pe
   --hard-negatives --lora-dropout 0 "${GPU[@]}"
 step fused-calibrate python scripts/experiments/fused_grid.py --fused models/e5-small-fused-v3 --calibrate
 step fused-grid python scripts/experiments/fused_grid.py --fused models/e5-small-fused-v3 --write
-step lamar-v2-stage1 samelang train reranker --stage 1 --out models/lamar-e5-small-v2-stage1 \
-  --teacher e5-small-fused-v3 --lora-dropout 0 "${GPU[@]}"
-step lamar-v2-stage2 samelang train reranker --stage 2 --init models/lamar-e5-small-v2-stage1 \
-  --out models/lamar-e5-small-v2 --negatives e5-small-fused-v3 --repeats 2 --lora-dropout 0 "${GPU[@]}"
+samelang data info > "$OUT/data-info.md"  # fails, naming the import command, without the corpus store
+step relevance samelang train reranker --stage 0 --out models/lamar-e5-small-v3-relevance \
+  --hold-out tydiqa_goldp --batch-size 8 --negatives-per-query 4 --max-steps 2400 "${GPU[@]}"
+step lamar-v3-stage1 samelang train reranker --stage 1 --out models/lamar-e5-small-v3-stage1 \
+  --init models/lamar-e5-small-v3-relevance --teacher models/lamar-e5-small-v3-relevance \
+  --negatives e5-small-fused-v3 --n-sampled 3 --rounds 2 "${GPU[@]}"
+step lamar-v3-stage2 samelang train reranker --stage 2 --init models/lamar-e5-small-v3-stage1 \
+  --out models/lamar-e5-small-v3 --negatives e5-small-fused-v3 --repeats 2 --ict-groups 800 "${GPU[@]}"
 step judge samelang eval pipeline --shapes --full --out "$OUT/eval"
 echo "== timings (also in $TIMINGS)"
 cat "$TIMINGS"

@@ -156,16 +156,16 @@ def load_views(
     """Every view of the sources in the store (``sources``: these only; ``exclude``: held out, e.g. an
     out-of-domain source). ``require_filter=False`` reads them unfiltered (the filter's own input)."""
     start = time.perf_counter()
+    chosen = [s for s in SOURCES if (sources is None or s.name in sources) and s.name not in exclude]
+    missing = [s.name for s in chosen if not store.has(s)]
+    if missing:  # before the filter's result: importing comes first, and filtering needs it
+        raise CorpusMissing(
+            f"{', '.join(missing)} not in the corpus store {store.root}: run `samelang data import --snapshots DIR`"
+        )
     if contamination is None and require_filter:
         contamination = read_contamination(store)
     dropped = (contamination or {}).get("dropped", {})
     titles = xquad_titles()
-    chosen = [s for s in SOURCES if (sources is None or s.name in sources) and s.name not in exclude]
-    missing = [s.name for s in chosen if not store.has(s)]
-    if missing:
-        raise CorpusMissing(
-            f"{', '.join(missing)} not in the corpus store {store.root}: run `samelang data import --snapshots DIR`"
-        )
     passages: dict[str, QAPassage] = {}
     examples: list[QAExample] = []
     parallel: list[ParallelPassage] = []

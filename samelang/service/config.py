@@ -150,6 +150,11 @@ class ServiceSettings(Limits, StoreOptions):
         "measured defaults; on when --reranker is given)",
     )
     rerank_k: int | None = Field(None, ge=1, le=100, description="candidates reranked (default: measured, 20)")
+    rerank_fusion: float | None = Field(
+        None, ge=0, le=100,
+        description="the retriever's weight beside the reranker's: candidates ordered by z(reranker) + W * "
+        "z(retriever) (0: the reranker alone; default: measured)",
+    )  # fmt: skip
     group_candidates: bool | None = Field(
         None, description="one candidate per parallel group in the reader's language (default: measured)"
     )
@@ -221,6 +226,8 @@ class ServiceSettings(Limits, StoreOptions):
             rerank = True if self.reranker else measured.rerank
         group = measured.candidates == "groups" if self.group_candidates is None else self.group_candidates
         lexical = measured.lexical_weight if self.lexical_weight is None else self.lexical_weight
+        fusion = measured.rerank_fusion if self.rerank_fusion is None else self.rerank_fusion
         return Defaults(
-            rerank=rerank, rerank_k=self.rerank_k or measured.rerank_k, group_candidates=group, lexical_weight=lexical
-        )
+            rerank=rerank, rerank_k=self.rerank_k or measured.rerank_k, group_candidates=group, lexical_weight=lexical,
+            rerank_fusion=fusion,
+        )  # fmt: skip

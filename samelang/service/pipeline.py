@@ -56,6 +56,19 @@ INFERRED = "inferred"  # the key of a translation group inferred by a fused retr
 MIN_READER_CONFIDENCE = 0.5
 
 
+def _z(x: np.ndarray) -> np.ndarray:
+    return (x - x.mean()) / (x.std() + 1e-6)
+
+
+def fuse_scores(reranker: np.ndarray, retriever: np.ndarray, weight: float) -> np.ndarray:
+    """``z(reranker) + weight * z(retriever)`` over one query's reranked candidates. Why: a
+    cross-encoder and the retriever err on different candidates (the cross-encoder judges the words of
+    one pair, the fused retriever knows where each language's answer tends to be), and their z-scores
+    share a scale whatever either model's range; the weight is chosen by the shape judge on the dev
+    articles (``samelang eval pipeline --shapes``)."""
+    return _z(np.asarray(reranker, np.float64)) + weight * _z(np.asarray(retriever, np.float64))
+
+
 class Pipeline:
     def __init__(
         self,
@@ -109,6 +122,7 @@ class Pipeline:
             "lexical_weight": d.lexical_weight if d.lexical_weight and self.lexical else None,
             "reranker": self.reranker.name if d.rerank else None,
             "rerank_k": d.rerank_k if d.rerank else None,
+            "rerank_fusion": d.rerank_fusion if d.rerank else None,
             "candidates": "groups" if d.group_candidates else "documents",
         }
 
@@ -385,6 +399,8 @@ class Pipeline:
         if rerank and cands:
             head = cands[:rerank_k]
             s = self._rerank_scores(query, qvec, head)
+            if d.rerank_fusion:
+                s = fuse_scores(s, np.array([h.score for h in head]), d.rerank_fusion)
             order = np.argsort(-s, kind="stable")
             hits = [replace(head[i], score=float(s[i])) for i in order] + cands[rerank_k:]
         weight = lexical.weight if lexical else None

@@ -40,6 +40,7 @@ class ServedDefaults:
     candidates: str = "groups"
     rerank_k: int = 20
     lexical_weight: float = 0.0  # BM25's weight in hybrid retrieval (0: dense only)
+    rerank_fusion: float = 0.0  # the retriever's weight beside the reranker's (0: the reranker alone)
 
     @property
     def rerank(self) -> bool:
@@ -53,8 +54,9 @@ def served_defaults(path: Path = SERVED_DEFAULTS) -> ServedDefaults:
         return ServedDefaults()
     d = json.loads(Path(path).read_text())["served"]
     return ServedDefaults(
-        d["retriever"], d["reranker"], d["candidates"], int(d.get("rerank_k", 20)), float(d.get("lexical_weight", 0.0))
-    )
+        d["retriever"], d["reranker"], d["candidates"], int(d.get("rerank_k", 20)), float(d.get("lexical_weight", 0.0)),
+        float(d.get("rerank_fusion", 0.0)),
+    )  # fmt: skip
 
 
 def resolve_model(name: str, home: Path) -> Path:
@@ -124,13 +126,14 @@ def shipped_biencoders() -> list[Path]:
 
 def shipped_cross_encoders() -> list[Path]:
     """The finished rerankers the repository ships: cross-encoder adapters (they save their head,
-    ``classifier``) whose run was LAMAR's last stage; a stage-1 folder is kept only as stage 2's
-    starting point (``training_args.json``: ``"stage": 1``). The judge reranks with every one."""
+    ``classifier``) whose run was LAMAR's last stage; a relevance-stage or stage-1 folder is kept
+    only as the next stage's starting point (``training_args.json``: ``"stage"`` 0 or 1). The judge
+    reranks with every one."""
     out = []
     for p in sorted(REPO_MODELS.iterdir()):
         if is_adapter(p) and adapter_saved_modules(p):
             args = p / "training_args.json"
-            if not args.exists() or json.loads(args.read_text()).get("stage") != 1:
+            if not args.exists() or json.loads(args.read_text()).get("stage") not in (0, 1):
                 out.append(p)
     return out
 

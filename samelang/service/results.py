@@ -29,6 +29,9 @@ class Defaults:
 
     rerank: bool = False  # /search and /answer rerank their candidates
     rerank_k: int = 20  # candidates given to the reranker
+    # the retriever's weight beside the reranker's: the order is z(reranker) + w * z(retriever) over the
+    # reranked candidates, z over one query's candidates (0: the reranker alone)
+    rerank_fusion: float = 0.0
     group_candidates: bool = True  # collapse parallel versions into one candidate per group
     lexical_weight: float = 0.0  # hybrid retrieval: cos + w * bm25 / max bm25 (0: dense only)
 

@@ -43,6 +43,11 @@ class TrainerArgs(BaseSettings):
     out: Path = Field(description="Output folder (adapter or full model); checkpoints go in OUT/checkpoints.")
     epochs: float = Field(1.0, gt=0, description="Passes over the training instances.")
     max_steps: int | None = Field(None, ge=1, description="Stop after this many optimiser steps.")
+    schedule_steps: int | None = Field(
+        None, ge=1,
+        description="Steps the learning-rate schedule spans (default: the run's own): a run stopped early at "
+        "--max-steps keeps the schedule it was started with, and its reproduce command says so.",
+    )  # fmt: skip
     batch_size: int = Field(16, ge=1, description="Instances per step and process.")
     lr: float = Field(2e-4, gt=0, description="Peak learning rate (AdamW).")
     warmup: float = Field(0.1, ge=0, le=1, description="Share of the steps spent warming up the learning rate.")
@@ -182,8 +187,9 @@ def replace_contents(src: Path, dst: Path) -> None:
 
 
 def setup(module, args, total: int, device, local_rank: int, world: int, log=print):
-    """AdamW over the trainable parameters, warm-up + linear decay, DDP when ``world > 1``, and
-    the latest checkpoint in ``args.out`` restored when ``args.resume``.
+    """AdamW over the trainable parameters, warm-up + linear decay over ``args.schedule_steps`` (else
+    ``total``), DDP when ``world > 1``, and the latest checkpoint in ``args.out`` restored when
+    ``args.resume``.
 
     Returns ``(fwd, params, opt, sched, step, history)``; ``fwd`` is the module to call (DDP-wrapped)."""
     module.train()
@@ -194,7 +200,7 @@ def setup(module, args, total: int, device, local_rank: int, world: int, log=pri
             module, device_ids=[local_rank] if device.type == "cuda" else None
         )
     opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=args.weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_linear(total, args.warmup))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_linear(args.schedule_steps or total, args.warmup))
     step, history = 0, []
     ckpt = latest_checkpoint(args.out) if args.resume else None
     if ckpt is not None:

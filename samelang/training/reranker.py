@@ -49,6 +49,7 @@ from samelang.training.reranker_data import (
     DistillInstance,
     build_coherence_groups,
     build_distill_instances,
+    ict_coherence_groups,
     retrieved_negatives,
 )
 from samelang.training.teachers import teacher_scores
@@ -74,9 +75,9 @@ class RerankerArgs(loop.TrainerArgs, CorpusTrainingOptions):
     )
     negatives: str = Field(
         "article",
-        description="Stage 2 negatives: 'article' (another paragraph of the question's article) or a retriever "
-        "(a models/ folder name or 'base'): the best-ranked wrong paragraphs it returns on the train-article "
-        "partial-translation and parallel pools.",
+        description="Stage 1 and 2 negatives: 'article' (stage 1: documents of other questions, the paper's; stage "
+        "2: another paragraph of the question's article) or a retriever (a models/ folder name or 'base'): the "
+        "best-ranked wrong paragraphs it returns on the train-article partial-translation and parallel pools.",
     )
     langs: str = Field(",".join(XQUAD_LANGS), description="Languages (en required).")
     n_sampled: int = Field(3, ge=1, description="Stage 1: documents sampled from other examples per question, round.")
@@ -87,6 +88,11 @@ class RerankerArgs(loop.TrainerArgs, CorpusTrainingOptions):
         "full", description="Stage 2: full (L_rank + lambda L_LC) or the ablations no-lc | no-rank."
     )
     negatives_per_query: int = Field(4, ge=1, description="Stage 0: negatives per query (same document first).")
+    ict_groups: int = Field(
+        0, ge=0,
+        description="Stage 2: also this many groups from the corpus's parallel passages (a sentence as the query, "
+        "the rest of its passage in two languages; another passage of its document as the negative); 0: none.",
+    )  # fmt: skip
     layers: int | None = Field(
         None, ge=1, le=48,
         description="Keep the first N transformer layers of the base: a faster reranker (default: all; a later "
@@ -227,6 +233,30 @@ def dev_eval(module, articles: tuple[int, ...], n_questions: int, langs: tuple[s
 # ----------------------------------------------------------------------------- trainer
 
 
+def stage_data(args: RerankerArgs, home: Path, dev: tuple[int, ...], langs: tuple[str, ...], device, log=print):
+    """The stage's training instances (and stage 1's teacher scores, else ``None``)."""
+    targets = None
+    if args.stage == 0:
+        views = args.training_views()
+        data = build_relevance_groups(views, args.negatives_per_query, args.seed, langs, exclude_articles=dev)
+        held = args.hold_out or "none"
+        log(f"relevance groups: {len(data)} (views loaded in {views.seconds:.1f} s; held out: {held})")
+    elif args.stage == 1:
+        negatives = None if args.negatives == "article" else retrieved_negatives(args.negatives, home, dev, log)
+        data = build_distill_instances(langs, "train", args.seed, args.n_sampled, args.rounds, exclude_articles=dev,
+                                       negatives=negatives)  # fmt: skip
+        targets = torch.from_numpy(teacher_scores(args.teacher, args.max_length, data, home, device.type))
+    else:
+        negatives = None if args.negatives == "article" else retrieved_negatives(args.negatives, home, dev, log)
+        data = build_coherence_groups(langs, "train", args.seed, args.repeats, exclude_articles=dev,
+                                      negatives=negatives)  # fmt: skip
+        if args.ict_groups:
+            views = args.training_views().split("train")
+            data += ict_coherence_groups(views.parallel, args.ict_groups, langs, args.seed)
+            log(f"coherence groups: {len(data)} ({args.ict_groups} from the corpus's parallel passages)")
+    return data, targets
+
+
 def train_reranker(args: RerankerArgs, log=print) -> Path:
     rank, world, local_rank = loop.dist()
     device = loop.device_for(args.device, local_rank)
@@ -234,18 +264,7 @@ def train_reranker(args: RerankerArgs, log=print) -> Path:
     home = args.home
     langs = tuple(x.strip() for x in args.langs.split(",") if x.strip())
     dev = dev_articles(args.dev_n_articles)
-    if args.stage == 0:
-        views = args.training_views()
-        data = build_relevance_groups(views, args.negatives_per_query, args.seed, langs, exclude_articles=dev)
-        held = args.hold_out or "none"
-        log(f"relevance groups: {len(data)} (views loaded in {views.seconds:.1f} s; held out: {held})")
-    elif args.stage == 1:
-        data = build_distill_instances(langs, "train", args.seed, args.n_sampled, args.rounds, exclude_articles=dev)
-        targets = torch.from_numpy(teacher_scores(args.teacher, args.max_length, data, home, device.type))
-    else:
-        negatives = None if args.negatives == "article" else retrieved_negatives(args.negatives, home, dev, log)
-        data = build_coherence_groups(langs, "train", args.seed, args.repeats, exclude_articles=dev,
-                                      negatives=negatives)  # fmt: skip
+    data, targets = stage_data(args, home, dev, langs, device, log)
     steps_per_epoch = max(1, len(data) // (args.batch_size * world))
     total = args.max_steps or max(1, int(steps_per_epoch * args.epochs))
     module = RerankerModule(args, home).to(device)
@@ -316,13 +335,18 @@ def reproduce_command(args: RerankerArgs) -> str:
 
 
 def full_recipe(args: RerankerArgs) -> str:
-    """The command(s) that rebuild this model: for stage 2, the stage-1 command read from
-    ``--init``'s ``training_args.json`` first, then this one."""
+    """The command(s) that rebuild this model, first stage first: each ``--init``'s command read from
+    its ``training_args.json`` (stage 2's stage 1, that stage 1's relevance stage), then this one."""
     lines = [reproduce_command(args)]
-    saved = folder.read_training_args(args.init) if args.stage == 2 and args.init else None
-    if saved is not None:
-        names = set(RerankerArgs.model_fields)
-        lines.insert(0, reproduce_command(RerankerArgs(**{k: v for k, v in saved.items() if k in names})))
+    names = set(RerankerArgs.model_fields)
+    init = args.init
+    while init and len(lines) < 4:  # relevance -> stage 1 -> stage 2: never deeper (nor round a cycle)
+        saved = folder.read_training_args(init)
+        if saved is None or "stage" not in saved:
+            break
+        earlier = RerankerArgs(**{k: v for k, v in saved.items() if k in names})
+        lines.insert(0, reproduce_command(earlier))
+        init = earlier.init
     return "\n".join(lines)
 
 
@@ -342,6 +366,8 @@ def model_card(args: RerankerArgs, training_args: dict, eval_markdown: str | Non
     data = "XQuAD **train** articles"
     if args.stage == 0:
         data = "the training corpora (docs/data.md) and " + data
+    elif args.stage == 2 and args.ict_groups:
+        data += f" and {args.ict_groups} groups from the training corpora's parallel passages (docs/data.md)"
     teacher = "none" if args.stage == 0 else stage1_teacher(args)
     unit = {0: f"queries with {1 + args.negatives_per_query} documents", 1: "pairs", 2: "groups of 4 documents"}
     return render_model_card(

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from samelang.corpora import XQUAD_LANGS, check_langs, load_xquad
+from samelang.corpora.parallel import ParallelPassage
 from samelang.indexes.atomic import atomic_write_text
 
 
@@ -91,9 +92,14 @@ class _Parallel:
 
 def build_distill_instances(
     langs=XQUAD_LANGS, split: str = "train", seed: int = 0, n_sampled: int = 3, rounds: int = 1,
-    exclude_articles: tuple[int, ...] = (),
+    exclude_articles: tuple[int, ...] = (), negatives: Mapping[tuple[str, str], list[str]] | None = None,
 ) -> list[DistillInstance]:  # fmt: skip
-    """Algorithm 1: ``rounds * (1 + n_sampled)`` instances per train question."""
+    """Algorithm 1: ``rounds * (1 + n_sampled)`` instances per train question. The documents beside
+    the gold are sampled from the other questions' (the paper's); with ``negatives`` (``(language,
+    question) -> wrong paragraph groups, best-ranked first``, what a retriever returns) the English
+    question's best-ranked wrong paragraphs come first (round ``r`` takes the next ``n_sampled`` of
+    them), topped up by sampling: the teacher then tells the student how little the paragraphs a
+    retriever confuses with the answer are worth, in every language pair."""
     data = _Parallel(langs, split, exclude_articles)
     rng = random.Random(seed)
     out: list[DistillInstance] = []
@@ -101,8 +107,11 @@ def build_distill_instances(
     # per question, 4 | 12 would give the gold document only 3 of the 12 document languages
     counters = [0] * (1 + n_sampled)
     for q in data.questions:
-        for _ in range(rounds):
-            others = rng.sample([g for g in data.groups if g != q.group], n_sampled)
+        listed = [g for g in (negatives or {}).get(("en", q.text), []) if g in data.p["en"] and g != q.group]
+        for r in range(rounds):
+            hard = listed[r * n_sampled : (r + 1) * n_sampled]
+            pool = [g for g in data.groups if g != q.group and g not in hard]
+            others = hard + rng.sample(pool, n_sampled - len(hard))
             for slot, group in enumerate([q.group, *others]):
                 lq, ld = lang_pair(counters[slot] + slot, data.langs)
                 counters[slot] += 1
@@ -174,4 +183,33 @@ def retrieved_negatives(retriever: str, home: Path, dev: tuple[int, ...], log=pr
             have = out.setdefault((q.lang, q.query), [])
             have += [g for g in wrong if g not in have]
     atomic_write_text(cache, json.dumps({f"{a}|{b}": v for (a, b), v in out.items()}))
+    return out
+
+
+def ict_coherence_groups(
+    parallel: list[ParallelPassage], n: int, langs=XQUAD_LANGS, seed: int = 0
+) -> list[CoherenceGroup]:
+    """Algorithm 2's groups from the corpus's parallel passages (the cross-language inverse cloze
+    task), ``n`` of them: the query is one sentence of a passage in ``src``; ``d+`` is the rest of
+    that passage in ``src`` and ``tgt``; ``d-`` is another passage of the same document (the same
+    story, another part: what a reranker confuses) in both, else one of another document. Language
+    pairs cycle over ``langs x langs`` as for the XQuAD groups. Why: the XQuAD train articles give
+    about 800 questions; the parallel passages give groups in every language pair from text no
+    test article holds."""
+    langs = check_langs(langs)
+    rng = random.Random(f"ict-coherence-{seed}")
+    by_doc: dict[tuple[str, str], list[ParallelPassage]] = {}
+    for p in parallel:
+        by_doc.setdefault((p.source, p.doc), []).append(p)
+    order = list(parallel)
+    rng.shuffle(order)
+    out: list[CoherenceGroup] = []
+    for c in range(min(n, len(order) * len(langs))):
+        p = order[c % len(order)]
+        src, tgt = lang_pair(c, langs)
+        i = rng.randrange(len(p.sentences[src]))
+        siblings = [x for x in by_doc[(p.source, p.doc)] if x.id != p.id]
+        neg = rng.choice(siblings) if siblings else rng.choice([x for x in parallel if x.doc != p.doc])
+        docs = (p.text(src, skip=i), p.text(tgt, skip=i), neg.text(src), neg.text(tgt))
+        out.append(CoherenceGroup(p.sentences[src][i], docs, src, tgt, f"{p.id}-{i}", p.id, neg.id))
     return out

@@ -16,6 +16,7 @@ from samelang.core.models import folder
 from samelang.core.models.base_model import ensure_base_model
 from samelang.core.models.encoder import Encoder
 from samelang.core.models.fused import is_fused_folder, query_moments
+from samelang.core.models.reranker import load_cross_encoder
 from samelang.core.paths import REPO_MODELS
 from samelang.service.registry import open_encoder, served_fingerprint
 from samelang.training import loop
@@ -83,12 +84,17 @@ class FusedTeacher:
 
 
 class CrossEncoderTeacher:
-    """Any CrossEncoder checkpoint (e.g. BAAI/bge-reranker-v2-m3 on a GPU host): raw logits."""
+    """Any CrossEncoder checkpoint (e.g. BAAI/bge-reranker-v2-m3 on a GPU host), or a cross-encoder
+    adapter trained here (the relevance stage's: the best judge of English pairs this repository
+    has, merged onto the converted base as the service loads it): raw logits."""
 
-    def __init__(self, path: str, device: str, max_length: int):
+    def __init__(self, path: str, device: str, max_length: int, home: Path):
         from sentence_transformers import CrossEncoder  # deferred: keeps sentence_transformers out of start-up
 
-        self.model = CrossEncoder(path, device=device, max_length=max_length, num_labels=1)
+        if folder.is_adapter(path):
+            self.model = load_cross_encoder(Path(path), device=device, max_length=max_length, home=home)
+        else:
+            self.model = CrossEncoder(path, device=device, max_length=max_length, num_labels=1)
 
     def __call__(self, queries: list[str], docs: list[str]) -> np.ndarray:
         out = self.model.predict(
@@ -112,8 +118,8 @@ def teacher_name(teacher: str, home: Path) -> str:
     fused = fused_teacher_path(teacher)
     if fused is not None:
         return f"fused:{served_fingerprint(fused, home)[:12]}:{(fused / 'fused.json').read_text()}"
-    if teacher != "cosine":
-        return "cross-encoder:" + str(teacher)
+    if teacher != "cosine":  # a folder trained here is named by its weights (a retrained one is another teacher)
+        return "cross-encoder:" + (folder.model_fingerprint(Path(teacher)) if Path(teacher).is_dir() else teacher)
     return "cosine:" + folder.model_fingerprint(ensure_base_model(home))[:12]
 
 
@@ -132,7 +138,7 @@ def teacher_scores(teacher: str, max_length: int, data: list[DistillInstance], h
         elif fused is not None:
             model = FusedTeacher(fused, home)
         else:
-            model = CrossEncoderTeacher(teacher, device, max_length)
+            model = CrossEncoderTeacher(teacher, device, max_length, home)
         return model([x.q_en for x in data], [x.d_en for x in data])
 
     return loop.cached_array(cache, compute)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import itertools
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 
@@ -95,7 +96,7 @@ def rows(judge: ShapeJudge, cands: dict, grid) -> dict[tuple[float, float], dict
 
 
 def mean_primary(r: dict) -> float:
-    return float(np.mean([r[(s, PRIMARY[s])] for s in PRIMARY]))
+    return float(np.mean([r[(s, PRIMARY[s])] for s in PRIMARY if (s, PRIMARY[s]) in r]))
 
 
 def choose(results: dict) -> tuple[float, float]:
@@ -107,12 +108,13 @@ def choose(results: dict) -> tuple[float, float]:
 
 
 def table(results: dict, chosen=None) -> list[str]:
-    head = "| beta | delta | mean of primaries | " + " | ".join(f"{s} {m}" for s, m in COLUMNS) + " |"
-    lines = [head, "|" + "---|" * (3 + len(COLUMNS))]
+    cols = [c for c in COLUMNS if c in next(iter(results.values()))]
+    head = "| beta | delta | mean of primaries | " + " | ".join(f"{s} {m}" for s, m in cols) + " |"
+    lines = [head, "|" + "---|" * (3 + len(cols))]
     for (beta, delta), r in results.items():
         name = "retriever alone" if np.isinf(beta) else f"{beta:g}"
         mark = "**" if (beta, delta) == chosen else ""
-        cells = [f"{mean_primary(r):.1f}"] + [f"{r[c]:.1f}" for c in COLUMNS]
+        cells = [f"{mean_primary(r):.1f}"] + [f"{r[c]:.1f}" for c in cols]
         lines.append(f"| {mark}{name}{mark} | {delta:g} | " + " | ".join(cells) + " |")
     return lines
 
@@ -123,12 +125,22 @@ def main() -> None:
     ap.add_argument("--retriever", default="e5-small-fused-v3")
     ap.add_argument("--lexical", type=float, default=0.04)
     ap.add_argument("--test", action="store_true", help="also the named variants on the test articles")
+    ap.add_argument("--per-lang", type=int, default=24, help="question positions per language (the judge's first)")
+    ap.add_argument("--shapes", default="parallel,partial,one,mono")
     ap.add_argument("--write", action="store_true", help=f"write the tables into docs/evaluation.md's {SECTION!r}")
+    ap.add_argument("--compare", default="",
+                    help="NAME=MODEL,...: instead of the grid, each reranker alone and at its dev choice, side by side "
+                         "(an ablation)")  # fmt: skip
+    ap.add_argument("--card", default=None, help="with --compare: write the table into this model folder's README")
     args = ap.parse_args()
     home = settings().home
+    if args.compare:
+        return compare(args, home)
     retriever = ShapeRow(args.retriever, args.lexical)
     grid = [(b, d) for b, d in itertools.product(BETAS, DELTAS) if not (np.isinf(b) and d)]
-    dev = ShapeJudge(home, split="train", articles=dev_articles(DEV_ARTICLES), log=lambda *_: None)
+    shapes = tuple(args.shapes.split(","))
+    dev = ShapeJudge(home, split="train", articles=dev_articles(DEV_ARTICLES), log=lambda *_: None,
+                     rerank_per_lang=args.per_lang, shapes=shapes)  # fmt: skip
     cands = candidates(dev, retriever, args.reranker)
     results = rows(dev, cands, grid)
     chosen = choose(results)
@@ -140,7 +152,7 @@ def main() -> None:
     )
     out.append("\n".join(table(results, chosen)))
     if args.test:
-        test = ShapeJudge(home, split="test", log=lambda *_: None)
+        test = ShapeJudge(home, split="test", log=lambda *_: None, rerank_per_lang=args.per_lang, shapes=shapes)
         cands = candidates(test, retriever, args.reranker)
         named = [(np.inf, 0.0), (0.0, 0.0), chosen]
         n = len(cands["_queries"])
@@ -151,6 +163,43 @@ def main() -> None:
     print("\n".join(out))
     if args.write:
         replace_section(REPO_MODELS.parent / "docs" / "evaluation.md", SECTION, DOC_INTRO + "\n".join(out) + "\n")
+
+
+ABLATION_SECTION = "## Ablation (dev articles)"
+
+
+def compare(args, home) -> None:
+    """``--compare``: the retriever alone, then each named reranker alone (``beta = 0``) and at the
+    fusion its own grid chooses on the same dev questions, one table (the ablation of a recipe's
+    stages: each model's training command is in its card)."""
+    shapes = tuple(args.shapes.split(","))
+    retriever = ShapeRow(args.retriever, args.lexical)
+    dev = ShapeJudge(home, split="train", articles=dev_articles(DEV_ARTICLES), log=lambda *_: None,
+                     rerank_per_lang=args.per_lang, shapes=shapes)  # fmt: skip
+    grid = [(b, d) for b, d in itertools.product(BETAS, DELTAS) if not (np.isinf(b) and d)]
+    measured, n = [], 0
+    for item in args.compare.split(","):
+        name, _, model = item.partition("=")
+        cands = candidates(dev, retriever, model or name)
+        n = len(cands["_queries"])
+        results = rows(dev, cands, grid)
+        if not measured:
+            measured.append((f"{retriever.name} alone", "", results[(np.inf, 0.0)]))
+        beta, delta = choose(results)
+        measured.append((f"{name} alone", "0 / 0", results[(0.0, 0.0)]))
+        measured.append((f"{name} fused", f"{beta:g} / {delta:g}", results[(beta, delta)]))
+    cols = [c for c in COLUMNS if c in measured[0][2]]
+    lines = ["| row | beta / delta | mean of primaries | " + " | ".join(f"{s} {m}" for s, m in cols) + " |",
+             "|" + "---|" * (3 + len(cols))]  # fmt: skip
+    for label, knobs, r in measured:
+        lines.append(f"| {label} | {knobs} | {mean_primary(r):.1f} | " + " | ".join(f"{r[c]:.1f}" for c in cols) + " |")
+    out = (f"Dev articles, {n} questions ({n // 12} positions x 12 languages); each reranker over the first 20 "
+           f"candidate groups of {retriever.name}, alone and fused with the retriever at the knobs its own grid "
+           f"chooses (score `z(ce - delta * [lang == reader]) + beta * z(retriever)`).\n\n" + "\n".join(lines)
+           + f"\n\nCommand: `python scripts/experiments/rerank_fusion.py --compare {args.compare}`")  # fmt: skip
+    print(out)
+    if args.card:
+        replace_section(Path(args.card) / "README.md", ABLATION_SECTION, out + "\n")
 
 
 if __name__ == "__main__":

@@ -60,6 +60,7 @@ def test_serve_runs_the_shipped_defaults(served, base_model_path):
         "lexical_weight": card.get("lexical_weight") or None,  # the demo index has its BM25 half
         "reranker": card["reranker"] if reranks else None,
         "rerank_k": card["rerank_k"] if reranks else None,
+        "rerank_fusion": card.get("rerank_fusion", 0.0) if reranks else None,
         "candidates": card["candidates"],
         "reranks_by_default": reranks,
     }

@@ -134,7 +134,8 @@ def test_info_names_the_served_components(client12):
     info = client12.get("/info").json()
     measured = info["defaults"].pop("measured")
     assert info["defaults"] == {"retriever": "multilingual-e5-small", "lexical_weight": None, "reranker": None,
-                                "rerank_k": None, "candidates": "groups", "reranks_by_default": False}  # fmt: skip
+                                "rerank_k": None, "rerank_fusion": None, "candidates": "groups",
+                                "reranks_by_default": False}  # fmt: skip
     # what models/serving.json says of the shipped default, whatever this app serves
     served = json.loads((Path(__file__).resolve().parents[2] / "models" / "serving.json").read_text())
     assert measured["chosen"] == served["chosen"] and measured["test"] == served["test"][served["chosen"]]
@@ -282,3 +283,36 @@ def test_citations(answer, cited):
         _hit("b", "首任馆长是亨利·科尔。London"),
     ]
     assert citations(answer, hits) == cited
+
+
+def test_a_fused_rerank_orders_by_both_z_scores(encoder, index12, pipe12):
+    """``rerank_fusion`` w: the reranked candidates come in the order of z(reranker) + w z(retriever)
+    (0: the reranker's; a large w: nearly the retriever's), and that is the score each hit carries."""
+    from dataclasses import replace
+
+    from samelang.service.pipeline import fuse_scores
+    from samelang.service.results import SearchOptions
+
+    class Reversed:  # a reranker that disagrees with the retriever as much as it can
+        name, kind = "reversed", "test"
+
+        def score(self, query, docs):
+            return -np.arange(len(docs), dtype=np.float64)[::-1]
+
+    q = _question("de").text
+    opts = SearchOptions(k=8, rerank=True, rerank_k=8)
+    plain = pipe12.search(q, SearchOptions(k=8, rerank=False))
+    retrieved = [h.doc.id for h in plain.hits]
+    for w in (0.0, 0.5, 100.0):
+        pipe = pipe12.replace(reranker=Reversed(), defaults=replace(pipe12.defaults, rerank_fusion=w))
+        hits = pipe.search(q, opts).hits
+        want = (
+            fuse_scores(Reversed().score(q, retrieved), np.array([h.score for h in plain.hits]), w)
+            if w
+            else (Reversed().score(q, retrieved))
+        )
+        order = np.argsort(-want, kind="stable")
+        assert [h.doc.id for h in hits] == [retrieved[i] for i in order], w
+        assert [h.score for h in hits] == pytest.approx([want[i] for i in order])
+    assert [h.doc.id for h in hits] == retrieved  # w = 100: the retriever's order
+    np.testing.assert_allclose(fuse_scores(np.array([3.0, 1.0]), np.array([0.0, 10.0]), 1.0), [0.0, 0.0], atol=1e-5)

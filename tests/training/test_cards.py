@@ -33,7 +33,10 @@ def test_shipped_cards_reproduce_their_training_args():
     from samelang.training.reranker import RerankerArgs
 
     models = Path(__file__).resolve().parents[2] / "models"
-    for folder, cls in ((models / "e5-small-aligned", BiencoderArgs), (models / "lamar-e5-small", RerankerArgs)):
+    trained = sorted(p.parent for p in models.glob("*/training_args.json"))
+    assert {"e5-small-aligned", "lamar-e5-small", "lamar-e5-small-v3-relevance"} <= {p.name for p in trained}
+    for folder in trained:
+        cls = RerankerArgs if "stage" in json.loads((folder / "training_args.json").read_text()) else BiencoderArgs
         card = (folder / "README.md").read_text()
         command = card.split("```bash\n")[1].split("```")[0].strip().splitlines()[-1]
         parsed = parse_options(cls, shlex.split(command)[3:]).saved()

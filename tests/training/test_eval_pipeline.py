@@ -109,7 +109,7 @@ def test_served_defaults_file_drives_the_service(tmp_path, monkeypatch):
     S.write_serving(path, row, results(row), results(row), {row: {"mean": 90.0, "below_base": []}}, "cmd")
     data = json.loads(path.read_text())
     assert data["served"] == {"retriever": "base", "reranker": "none", "candidates": "groups",
-                              "rerank_k": 20, "lexical_weight": 0.0}  # fmt: skip
+                              "rerank_k": 20, "lexical_weight": 0.0, "rerank_fusion": 0.0}  # fmt: skip
     assert data["chosen"] == row.name and data["test"][row.name]["partial"] == 90.0 and "rule" in data
     monkeypatch.setattr(registry, "SERVED_DEFAULTS", path)
     monkeypatch.setattr(registry.served_defaults, "__defaults__", (path,))
@@ -135,6 +135,12 @@ def test_served_defaults_file_drives_the_service(tmp_path, monkeypatch):
     assert ServiceSettings(lexical_weight=0).pipeline_defaults().lexical_weight == 0
     monkeypatch.setenv("SAMELANG_LEXICAL_WEIGHT", "0.2")
     assert ServiceSettings().pipeline_defaults().lexical_weight == 0.2
+    # a reranked row fused with its retriever: k and the weight are served, and the flags override them
+    fused = S.ShapeRow("e5-small-fused", 0.04, reranker="lamar-e5-small", rerank_k=10, fusion=4.0)
+    S.write_serving(path, fused, results(fused), results(fused), {fused: {"mean": 90.0, "below_base": []}}, "c")
+    d = ServiceSettings().pipeline_defaults()
+    assert (d.rerank, d.rerank_k, d.rerank_fusion) == (True, 10, 4.0)
+    assert ServiceSettings(rerank_fusion=0).pipeline_defaults().rerank_fusion == 0.0
 
 
 def test_best_row_prefers_quality_then_latency_then_simplicity():

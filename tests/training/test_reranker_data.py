@@ -90,3 +90,47 @@ def test_coherence_groups_take_a_retrievers_negatives_best_first(texts):
     assert groups[0].docs[3] == paragraphs[(groups[0].tgt, q1.pos_group)]
     # a query the lists do not know keeps the paper's same-article negative, as without lists
     assert [g.neg_group for g in groups[2:]] == [g.neg_group for g in plain[2:]]
+
+
+def test_distill_instances_take_a_retrievers_negatives_first():
+    """Stage 1 with ``negatives``: the English question's best-ranked wrong paragraphs are the
+    documents beside the gold (round r takes the next n_sampled), topped up by sampling; a question
+    the lists do not know samples, as the paper does."""
+    langs = ["en", "de"]
+    plain = build_distill_instances(langs=langs, seed=0, n_sampled=2, rounds=2, exclude_articles=DEV)
+    q0 = plain[0]
+    others = list(dict.fromkeys(x.doc_group for x in plain if x.gold and x.doc_group != q0.doc_group))[:3]
+    listed = {("en", q0.q_en): [q0.doc_group, *others]}  # the gold itself in the list is never a negative
+    data = build_distill_instances(langs=langs, seed=0, n_sampled=2, rounds=2, exclude_articles=DEV, negatives=listed)
+    mine = [x for x in data if x.qid == q0.qid]
+    assert [x.doc_group for x in mine if not x.gold][:3] == others and len(mine) == 2 * 3
+    assert sum(x.gold for x in mine) == 2
+    # another question keeps the paper's sampling: one gold and n_sampled others per round
+    rest = [x for x in data if x.qid != q0.qid]
+    assert len(rest) == len(plain) - len(mine) and sum(x.gold for x in rest) == len(rest) // 3
+
+
+def test_ict_coherence_groups_cross_languages_within_a_document():
+    """Stage 2's groups from the parallel passages: a sentence in src as the query, the rest of its
+    passage in src and tgt, another passage of the same document in both as the negative."""
+    from samelang.corpora.parallel import ParallelPassage
+    from samelang.training.reranker_data import ict_coherence_groups
+
+    langs = ("en", "de", "zh")
+
+    def passage(doc, k):
+        return ParallelPassage(f"p-{doc}-{k}", "flores200", doc,
+                               {x: tuple(f"{x} {doc} {k} s{i}" for i in range(3)) for x in langs})  # fmt: skip
+
+    parallel = [passage(d, k) for d in ("a", "b") for k in range(2)]
+    groups = ict_coherence_groups(parallel, 12, langs, seed=0)
+    assert len(groups) == 12 and len({(g.src, g.tgt) for g in groups}) == 9
+    by_id = {p.id: p for p in parallel}
+    for g in groups:
+        p, n = by_id[g.pos_group], by_id[g.neg_group]
+        assert g.query in p.sentences[g.src] and g.query not in g.docs[0] and g.query.split()[1] == p.doc
+        i = p.sentences[g.src].index(g.query)
+        assert g.docs == (p.text(g.src, skip=i), p.text(g.tgt, skip=i), n.text(g.src), n.text(g.tgt))
+        assert n.doc == p.doc and n.id != p.id  # the hard negative: the same document, another passage
+    assert groups == ict_coherence_groups(parallel, 12, langs, seed=0)
+    assert len(ict_coherence_groups(parallel, 100, langs, seed=0)) == 4 * 3  # at most one per passage and language

@@ -61,3 +61,13 @@ def test_a_row_the_reader_waits_too_long_for_is_not_served():
     assert chosen == base and verdict[reranked]["too_slow"] and not verdict[base]["too_slow"]
     assert "p50 > ceiling" in "\n".join(R.primary_table(results, chosen, slow))
     assert reranked.served["reranker"] == "lamar" and reranked.name.endswith(f"-> lamar (top {R.RERANK_K})")
+
+
+def test_a_reranked_row_carries_its_candidates_and_knows_its_retriever():
+    """``rerank_k`` is part of a reranked row (the served setting, its name); :attr:`unreranked` is the
+    retriever row it is compared with, whatever its ``k``."""
+    retriever = R.ShapeRow("fu", 0.04)
+    ten = R.ShapeRow("fu", 0.04, reranker="lamar", rerank_k=10)
+    assert ten.served["rerank_k"] == 10 and ten.name.endswith("-> lamar (top 10)")
+    assert ten.unreranked == retriever and R.ShapeRow("fu", 0.04, reranker="lamar").unreranked == retriever
+    assert ten != R.ShapeRow("fu", 0.04, reranker="lamar")

@@ -154,3 +154,15 @@ def test_reranked_rows_ask_the_same_positions_in_every_language(samelang_home):
     assert len({tuple(v) for v in per_lang.values()}) == 1  # one set of questions, asked in all 12 languages
     assert judge.row_questions(S.ShapeRow("base", reranker="lamar")).tolist() == np.flatnonzero(mask).tolist()
     assert len(judge.row_questions(S.ShapeRow("base"))) == len(judge.queries)
+
+
+def test_reranked_rows_cross_the_speed_and_fusion_levers_over_one_retriever():
+    """Each cross-encoder reranks the chosen retriever's first 20 and first 10 candidates, alone and
+    fused with the retriever's score; every such row is compared with that same retriever."""
+    retriever = S.ShapeRow("e5-small-fused-v3", 0.04)
+    rows = SR.reranked_rows(retriever, ["a", "b"])
+    assert len(rows) == 2 * len(SR.RERANK_KS) * len(SR.RERANK_FUSIONS) and len(set(rows)) == len(rows)
+    assert {(r.rerank_k, r.fusion) for r in rows} == {(k, w) for k in SR.RERANK_KS for w in SR.RERANK_FUSIONS}
+    assert all(r.reranked and r.unreranked == retriever for r in rows)
+    assert {r.reranker for r in rows} == {"a", "b"} and len({r.name for r in rows}) == len(rows)
+    assert {r.reranker for r in SR.reranked_rows(retriever)} == {p.name for p in shipped_cross_encoders()}

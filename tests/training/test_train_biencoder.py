@@ -111,3 +111,16 @@ def test_the_corpus_views_add_their_three_terms(tmp_path, base_model_path, fake_
     terms = ("jsd", "nce", "nce_qa", "nce_ict", "jsd_par")
     assert all(abs(h["loss"] - sum(v for k, v in h.items() if k in terms)) < 1e-3 for h in history)
     assert json.loads((out / "training_args.json").read_text())["hold_out"] == "drcd"
+
+
+def test_a_run_stopped_early_keeps_the_schedule_it_was_started_with(tmp_path, base_model_path):
+    """``--schedule-steps``: the learning rate follows a schedule longer than the steps run (a run
+    cut short at ``--max-steps`` and exported), and the card's reproduce command says so."""
+    out = tmp_path / "cut"
+    args = BiencoderArgs(out=out, base=str(base_model_path), langs="zh", per_lang=2, batch_size=2, max_steps=2,
+                         schedule_steps=20, warmup=0.1, max_length=32, dev_n_articles=0, device="cpu")  # fmt: skip
+    train_biencoder(args, log=lambda *a: None)
+    lrs = [h["lr"] for h in json.loads((out / "history.json").read_text())]
+    # 20 scheduled steps, 2 of warm-up: still at the peak after 2; a 2-step schedule would have decayed to 0
+    assert lrs == pytest.approx([args.lr, args.lr])
+    assert "--schedule-steps 20" in (out / "README.md").read_text()

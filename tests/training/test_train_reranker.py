@@ -130,3 +130,29 @@ def test_a_reranker_that_keeps_its_first_layers_is_served_with_them(tmp_path, sa
     np.testing.assert_allclose(served.score(query, docs), want, atol=1e-5)
     with pytest.raises(ValueError, match="keeps 2 layers"):
         RerankerModule(RerankerArgs(out=tmp_path / "x", stage=2, init=str(s2.out), layers=3), samelang_home)
+
+
+def test_the_recipe_relevance_then_stage_1_it_teaches_then_stage_2_with_corpus_groups(
+    tmp_path, fake_corpus_store, samelang_home
+):
+    """Round 4's recipe at toy size: the relevance stage's adapter is stage 1's teacher (its English
+    scores, loaded as the service loads it) and starting point; stage 2 adds groups from the corpus's
+    parallel passages (``--ict-groups``) to the XQuAD ones."""
+    from samelang.corpora.views import load_views
+
+    digests = load_views(fake_corpus_store, require_filter=False).digests
+    (fake_corpus_store.root / "contamination.json").write_text(json.dumps({"dropped": {}, "sources": digests}))
+    common = dict(langs="en,zh", batch_size=2, max_steps=1, max_length=48, dev_questions=0, device="cpu",
+                  home=samelang_home, corpora=fake_corpus_store.root)  # fmt: skip
+    s0 = RerankerArgs(out=tmp_path / "s0", stage=0, negatives_per_query=1, **common)
+    train_reranker(s0, log=lambda *a: None)
+    s1 = RerankerArgs(out=tmp_path / "s1", stage=1, init=str(s0.out), teacher=str(s0.out), n_sampled=1, **common)
+    train_reranker(s1, log=lambda *a: None)
+    said = []
+    s2 = RerankerArgs(out=tmp_path / "s2", stage=2, init=str(s1.out), ict_groups=6, **common)
+    train_reranker(s2, log=said.append)
+    assert any("coherence groups:" in s and "6 from the corpus" in s for s in said)
+    (step,) = json.loads((s2.out / "history.json").read_text())
+    assert step["rank"] > 0 and step["lc"] > 0
+    card = (s2.out / "README.md").read_text()
+    assert "--ict-groups 6" in card and f"--teacher {s0.out}" in card

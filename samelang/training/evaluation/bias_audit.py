@@ -10,8 +10,8 @@ Two sets of queries per index, fixed and documented:
 * **sampled, no labels** (what a user without questions runs): :data:`SAMPLE` queries drawn from the
   index's own documents by :func:`~samelang.service.diagnosis.sample_queries` (seed 0; one sentence
   of a document each, the same number per language, the source left out of its own list);
-* **labelled**: the judge's 24 fixed XQuAD test-question positions in each of the 12 languages
-  (288 questions; relevant = the versions of the gold paragraph the index holds), for Max@R.
+* **labelled**: the judge's :data:`~.shapes.RERANK_PER_LANG` fixed XQuAD test-question positions in
+  each of the 12 languages (relevant = the versions of the gold paragraph the index holds), for Max@R.
 
 Reported per row: the mean over query languages of ``JSD(P_q || P_D)`` (bits) and the share of
 queries whose top 10 holds another language, with 95% percentile-bootstrap intervals over queries
@@ -38,7 +38,7 @@ from samelang.service.results import SearchOptions
 from samelang.training.evaluation.common import EvalOptions
 from samelang.training.evaluation.memo import bootstrap_ci
 from samelang.training.evaluation.serving_rule import ShapeRow
-from samelang.training.evaluation.shapes import ShapeJudge
+from samelang.training.evaluation.shapes import RERANK_PER_LANG, ShapeJudge
 
 SAMPLE = 240  # 20 per language on a 12-language index
 SHAPES = ("partial", "parallel")
@@ -172,7 +172,8 @@ def run_bias_audit(options: BiasEvalOptions, doc: Path | None = None, log=print)
         f"language about {np.mean([v for k, v in index.items() if k != 'en']):.0f}%) and the 12-language parallel "
         f"pool, for today's served default (`{served}`) beside the rows it replaced. Sampled: {SAMPLE} queries "
         "drawn from each index's own documents (seed 0, 20 per language, one sentence each, the source left out of "
-        "its own list), no labels. Labelled: the shape judge's 288 fixed XQuAD test questions (24 per language), "
+        f"its own list), no labels. Labelled: the shape judge's {12 * RERANK_PER_LANG} fixed XQuAD test questions "
+        f"({RERANK_PER_LANG} per language), "
         "relevant = the gold paragraph's versions the index holds. JSD: Jensen-Shannon divergence in bits of the top "
         "10's languages from the index's, per query language, then averaged over the 12 (formulas: "
         "`samelang/core/metrics/language_bias.py`); 95% bootstrap intervals over queries in brackets; in "

@@ -68,6 +68,7 @@ from samelang.service.limits import Limits
 from samelang.service.pipeline import Pipeline
 from samelang.service.registry import ALIGNED_BIENCODER, BASE, LAMAR_RERANKER, ensure_demo_index, served_defaults
 from samelang.service.results import Defaults, SearchOptions
+from samelang.training.corpus import CorporaOption
 from samelang.training.evaluation.biencoder import embed_xquad
 from samelang.training.evaluation.common import EvalOptions, Report
 from samelang.training.evaluation.memo import CachedReranker, MemoEncoder, bootstrap_ci, search_p50_ms
@@ -349,7 +350,7 @@ def how_text(ev: PipelineEvaluation, minutes: float, card: bool = False) -> str:
 PIPELINE_SECTION = "## The 12-language parallel pool in detail: rerankers, candidates, bilingual pools"
 
 
-class PipelineEvalOptions(EvalOptions):
+class PipelineEvalOptions(EvalOptions, CorporaOption):
     """Options of ``samelang eval pipeline``."""
 
     retriever: StrList = Field(
@@ -357,7 +358,9 @@ class PipelineEvalOptions(EvalOptions):
         description="Bi-encoder NAME=DIR (or 'base'); repeat. Default: base and every bi-encoder in models/.",
     )
     cross_encoder: StrList = Field(
-        default_factory=list, description="Cross-encoder NAME=DIR; repeat. Default: every cross-encoder in models/."
+        default_factory=list,
+        description="Cross-encoder NAME=DIR (with --shapes: a models/ name or DIR); repeat. Default: every "
+        "cross-encoder in models/ (with --shapes: every shipped one).",
     )
     full: bool = Field(False, description="Reranked rows on all 374 questions per language too.")
     per_lang: int = Field(SAMPLE_PER_LANG, ge=1, le=374, description="Sample: questions per language (>= 48).")
@@ -379,6 +382,10 @@ class PipelineEvalOptions(EvalOptions):
         "Mono-Same): choose the served row on train articles, report on test articles (with --card: serve it).",
     )  # fmt: skip
     tiny: bool = Field(False, description="With --shapes: a few paragraphs and questions per shape (seconds).")
+    ood: bool = Field(
+        True, description="With --shapes: also the out-of-domain shape, the corpus source every training run holds "
+        "out (skipped, saying how to import it, when the corpus store lacks it).",
+    )  # fmt: skip
 
     @model_validator(mode="after")
     def _card_needs_the_sample(self) -> PipelineEvalOptions:

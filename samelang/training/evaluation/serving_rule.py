@@ -5,7 +5,7 @@ within ``TIE`` points the simpler row), the tables, and ``models/serving.json``.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -29,17 +29,20 @@ LATENCY_CEILING_MS = 400.0
 @dataclass(frozen=True)
 class ShapeRow:
     """One served configuration: a retriever (a model folder's name), BM25's weight, candidates, and
-    the cross-encoder that reranks the first :data:`RERANK_K` of them (``none``: no reranking)."""
+    the cross-encoder that reranks the first ``rerank_k`` of them (``none``: no reranking)."""
 
     retriever: str
     lexical: float = 0.0
     candidates: str = "groups"
     reranker: str = "none"
+    rerank_k: int = RERANK_K
+    fusion: float = 0.0  # the retriever's weight beside the reranker's (the served rerank_fusion)
 
     @property
     def name(self) -> str:
         hybrid = f" + BM25 (w={self.lexical:g})" if self.lexical else ""
-        reranked = f" -> {self.reranker} (top {RERANK_K})" if self.reranked else ""
+        fused = f", fused w={self.fusion:g}" if self.fusion else ""
+        reranked = f" -> {self.reranker} (top {self.rerank_k}{fused})" if self.reranked else ""
         return f"{self.retriever}{hybrid} -> {self.candidates}{reranked}"
 
     @property
@@ -47,9 +50,15 @@ class ShapeRow:
         return self.reranker != "none"
 
     @property
+    def unreranked(self) -> ShapeRow:
+        """The retriever row this row reranks (itself when it reranks nothing)."""
+        return replace(self, reranker="none", rerank_k=RERANK_K, fusion=0.0)
+
+    @property
     def served(self) -> dict:
         return {"retriever": self.retriever, "reranker": self.reranker, "candidates": self.candidates,
-                "rerank_k": RERANK_K, "lexical_weight": self.lexical}  # fmt: skip
+                "rerank_k": self.rerank_k, "lexical_weight": self.lexical,
+                "rerank_fusion": self.fusion}  # fmt: skip
 
 
 def primary(result: dict, shapes=SHAPES) -> dict[str, float]:

@@ -29,8 +29,8 @@ found@1, one found@1, mono nDCG@10. 95% intervals: percentile bootstrap over que
 resamples, seed 0). Model outputs are memoised (query and passage vectors from the caches of
 ``samelang eval biencoder``: the same model, the same engine), so a row costs only its searches.
 
-Reranked rows (a cross-encoder over the first :data:`~.serving_rule.RERANK_K` candidates) cost a
-cross-encoder pass per candidate (~1 s per search on 2 cores), so they run on
+Reranked rows (a cross-encoder over the first ``rerank_k`` candidates, by default
+:data:`~.serving_rule.RERANK_K`) cost a cross-encoder pass per candidate (~1 s per search on 2 cores), so they run on
 :data:`RERANK_PER_LANG` fixed question positions per language, the same positions in every
 language (a seeded hash); their scores are kept on disk (:class:`~.memo.CachedReranker`) and
 they are compared with their retriever on those same questions (:meth:`ShapeJudge.same_questions`).
@@ -65,13 +65,13 @@ from samelang.service.registry import open_encoder, resolve_model
 from samelang.service.results import Defaults, SearchOptions
 from samelang.training.evaluation.biencoder import embed_xquad
 from samelang.training.evaluation.memo import CachedReranker, MemoEncoder, bootstrap_ci, search_p50_ms
-from samelang.training.evaluation.serving_rule import PRIMARY, RERANK_K, SHAPES, ShapeRow
+from samelang.training.evaluation.serving_rule import PRIMARY, SHAPES, ShapeRow
 
 P_EN, P_OTHER = 0.6, 0.25
-# questions per language a reranked row runs on (288 in all: a found@1 near 70% has a 95% interval of about
-# +-5 points, a paired difference with its retriever less), and of those, questions per language each
-# row's p50 is measured on (24 searches)
-RERANK_PER_LANG, LATENCY_PER_LANG = 24, 2
+# questions per language a reranked row runs on (1,152 test questions in all: a found@1 near 70% has a 95%
+# interval of about +-2.6 points, a paired difference with its retriever less; the dev articles hold 58
+# per language, all asked), and of those, questions per language each row's p50 is measured on (24 searches)
+RERANK_PER_LANG, LATENCY_PER_LANG = 96, 2
 SHAPES_VERSION = "shapes-v1"  # the constructions' identity (part of every shape index's folder name)
 
 
@@ -189,6 +189,7 @@ class ShapeJudge:
     latency: dict = field(default_factory=dict)  # row -> p50 ms of Pipeline.search, real models
     latency_per_lang: int = LATENCY_PER_LANG  # searches per language each p50 is the median of
     latency_langs: tuple[str, ...] = XQUAD_LANGS  # ... in these query languages (tiny runs: a few)
+    rerank_per_lang: int = RERANK_PER_LANG  # question positions reranked rows run on (probes: fewer)
 
     def __post_init__(self):
         per_lang = {x: A.xquad_queries([x], self.split) for x in XQUAD_LANGS}
@@ -204,9 +205,10 @@ class ShapeJudge:
         return self.articles is None or int(q.group.split("-")[1]) in self.articles
 
     def _reranked_questions(self) -> np.ndarray:
-        """Where reranked rows run (a mask over ``queries``): :data:`RERANK_PER_LANG` fixed positions."""
+        """Where reranked rows run (a mask over ``queries``): ``rerank_per_lang`` fixed positions (the
+        first of one seeded order, so a smaller sample is part of a larger one)."""
         n = int(self.position.max()) + 1 if self.queries else 0
-        chosen = sorted(range(n), key=lambda i: _u("rerank-sample", self.split, i))[:RERANK_PER_LANG]
+        chosen = sorted(range(n), key=lambda i: _u("rerank-sample", self.split, i))[: self.rerank_per_lang]
         return np.isin(self.position, chosen)
 
     def row_questions(self, row: ShapeRow) -> np.ndarray:
@@ -256,12 +258,13 @@ class ShapeJudge:
             self.rerankers[name] = CachedReranker.open(resolve_model(name, self.home), self.home)
         return self.rerankers[name]
 
-    def pipeline(self, row: ShapeRow, shape: str) -> Pipeline:
+    def pipeline(self, row: ShapeRow, shape: str, index: Path | None = None) -> Pipeline:
+        """``row`` served over ``shape``'s index (or the index folder ``index``: another collection)."""
         enc = self.encoder(row.retriever)
-        index = open_index(self.index("parallel" if shape == "mono" else shape, enc), enc.info)
+        index = open_index(index or self.index("parallel" if shape == "mono" else shape, enc), enc.info)
         reranker = self.cross_encoder(row.reranker) if row.reranked else CosineReranker(enc)
-        defaults = Defaults(rerank=row.reranked, rerank_k=RERANK_K, group_candidates=row.candidates == "groups",
-                            lexical_weight=row.lexical)  # fmt: skip
+        defaults = Defaults(rerank=row.reranked, rerank_k=row.rerank_k, group_candidates=row.candidates == "groups",
+                            lexical_weight=row.lexical, rerank_fusion=row.fusion)  # fmt: skip
         return Pipeline(enc, index, reranker, NoGenerator(), get_identifier(), Limits(), defaults=defaults)
 
     # -- one row ------------------------------------------------------------------------------

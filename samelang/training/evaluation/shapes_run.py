@@ -21,6 +21,7 @@ from tqdm.auto import tqdm
 
 from samelang.core.models.folder import replace_section
 from samelang.core.models.precision import cpu_summary
+from samelang.corpora.store import CorpusMissing
 from samelang.service.components import Components, load_components
 from samelang.service.config import ServiceSettings
 from samelang.service.registry import (
@@ -32,6 +33,7 @@ from samelang.service.registry import (
 )
 from samelang.training.data import dev_articles
 from samelang.training.evaluation.common import Report
+from samelang.training.evaluation.ood import OutOfDomain, ood_table
 from samelang.training.evaluation.serving_rule import (
     ShapeRow,
     markdown,
@@ -47,6 +49,10 @@ DEV_ARTICLES = 3  # the trainers' default --dev-n-articles: the train articles n
 # BM25 weights the shipped bi-encoders' hybrid rows run with (the fused grid's range,
 # scripts/experiments/fused_grid.py: 0.04 keeps more cross-language answers, 0.08 ranks the reader's language best)
 HYBRID_WEIGHTS = (0.04, 0.08)
+RERANK_KS = (20, 10)  # candidates a reranked row's cross-encoder scores (the served default first)
+# the retriever's weights beside a reranker's (z-scores; scripts/experiments/rerank_fusion.py's grid on the
+# dev articles put the best of the round-4 relevance reranker between 1 and 4)
+RERANK_FUSIONS = (0.0, 1.0, 4.0)
 
 
 def served_over_http(judge: ShapeJudge, row: ShapeRow, shipped: bool = False) -> dict:
@@ -103,16 +109,23 @@ def default_rows(lexical: dict[str, float]) -> list[ShapeRow]:
     return rows
 
 
-def reranked_rows(retriever: ShapeRow) -> list[ShapeRow]:
-    """``retriever`` reranked by each shipped cross-encoder (:func:`shipped_cross_encoders`)."""
-    return [replace(retriever, reranker=p.name) for p in shipped_cross_encoders()]
+def reranked_rows(
+    retriever: ShapeRow, names: list[str] | None = None, ks=RERANK_KS, fusions=RERANK_FUSIONS
+) -> list[ShapeRow]:
+    """``retriever`` reranked by each cross-encoder of ``names`` (``--cross-encoder``: a models/ folder
+    name or a path; default: every shipped one, :func:`shipped_cross_encoders`), over its first
+    :data:`RERANK_KS` candidates, alone and fused with the retriever's score at each of
+    :data:`RERANK_FUSIONS` (``rerank_k`` is a lever of speed, the fusion one of quality; a row with
+    fewer candidates or another weight costs no new scores: its pairs are the first row's)."""
+    names = names or [p.name for p in shipped_cross_encoders()]
+    return [replace(retriever, reranker=n, rerank_k=k, fusion=w) for n in names for k in ks for w in fusions]
 
 
 def reranked_table(judge: ShapeJudge, results: dict) -> str:
     """Each reranked row beside its retriever on the same questions (the reranked rows' own)."""
     pairs = {}
     for row in (r for r in results if r.reranked):
-        twin = replace(row, reranker="none")
+        twin = row.unreranked
         if twin in judge.per_query:
             pairs[twin] = judge.same_questions(twin, row)
             pairs[row] = results[row]
@@ -128,13 +141,30 @@ def choose(judge: ShapeJudge, results: dict, base: ShapeRow, retriever: ShapeRow
     on the reranked rows' questions only (the same for all: paired), prefers one of its reranked
     rows. Returns the row and every row's verdict (the retriever rows' on all their questions)."""
     verdict = serving_rule(results, base, latency=judge.latency)[1]
-    reranked = [r for r in results if r.reranked and replace(r, reranker="none") == retriever]
+    reranked = [r for r in results if r.reranked and r.unreranked == retriever]
     if not reranked:
         return retriever, verdict
     same = {r: judge.same_questions(r, reranked[0]) for r in (base, retriever)} | {r: results[r] for r in reranked}
     chosen, paired = serving_rule(same, base, latency=judge.latency)
     verdict |= {r: paired[r] for r in reranked}
     return (chosen if chosen in reranked else retriever), verdict
+
+
+def judged_rerankers(options, retriever: ShapeRow) -> list[ShapeRow]:
+    """The reranked rows of a run: ``--cross-encoder``'s (else every shipped one) over ``retriever``;
+    a tiny run takes one k, the reranker alone and fused (each row costs its p50's real searches)."""
+    levers = dict(ks=RERANK_KS[:1], fusions=(0.0, RERANK_FUSIONS[-1])) if options.tiny else {}
+    return reranked_rows(retriever, [c.partition("=")[2] or c for c in options.cross_encoder], **levers)
+
+
+def judge_command(options) -> str:
+    """The command line of this run, as the report and the cards name it."""
+    flags = [
+        " --tiny" * options.tiny,
+        " --card" * options.card,
+        *(f" --cross-encoder {c}" for c in options.cross_encoder),
+    ]
+    return "samelang eval pipeline --shapes" + "".join(flags)
 
 
 def fused_weight(name: str) -> float | None:
@@ -164,7 +194,7 @@ def run_shapes(options, doc: Path | None = None, log=print):
     log(f"dev articles {dev}: {len(train.queries)} train-article questions choose the row")
     train_res = train.run(rows)
     retriever = serving_rule(train_res, rows[0], latency=train.latency)[0]
-    rows += reranked_rows(retriever)
+    rows += judged_rerankers(options, retriever)
     log(f"reranking {retriever.name} ({int(train.reranked_questions.sum())} questions)")
     train_res |= train.run(rows[len(train_res) :])
     chosen, verdict = choose(train, train_res, rows[0], retriever)
@@ -173,9 +203,9 @@ def run_shapes(options, doc: Path | None = None, log=print):
                       rerankers=train.rerankers, **tiny)  # fmt: skip
     log(f"test-article shapes ({len(test.queries)} questions): the report")
     test_res = test.run(rows)
-    command = (
-        "samelang eval pipeline --shapes" + (" --tiny" if options.tiny else "") + (" --card" if options.card else "")
-    )
+    ood = options.ood and not options.tiny
+    ood_text, ood_json = out_of_domain(options, test, rows, chosen, log) if ood else ("", None)
+    command = judge_command(options)
     card = options.card and not options.tiny
     if card:  # written before the HTTP check, which then loads what `samelang serve` loads
         write_serving(SERVED_DEFAULTS, chosen, train_res, test_res, verdict, command)
@@ -188,9 +218,9 @@ def run_shapes(options, doc: Path | None = None, log=print):
     dev_tables = reranked_table(train, train_res) + markdown(train_res, chosen, "dev", None, train.latency, verdict)
     table = ("### Chosen on the dev articles' questions (train-article shapes)\n\n" + dev_tables
              + "\n\n### Reported on the test-article shapes\n\n" + reranked_table(test, test_res)
-             + markdown(test_res, chosen, "test", http, test.latency) + "\n\n" + how)  # fmt: skip
+             + markdown(test_res, chosen, "test", http, test.latency) + "\n\n" + ood_text + how)  # fmt: skip
     data = {"chosen": chosen.name, "served": chosen.served, "train": to_json(train_res), "test": to_json(test_res),
-            "dev_articles": dev, "http": http,
+            "dev_articles": dev, "http": http, "ood": ood_json,
             "verdict": {r.name: v for r, v in verdict.items()},
             "p50_ms": {"train": {r.name: v for r, v in train.latency.items()},
                        "test": {r.name: v for r, v in test.latency.items()}},
@@ -203,6 +233,23 @@ def run_shapes(options, doc: Path | None = None, log=print):
         write_cards(rows, test, test_res, chosen, how)
         log(f"served defaults -> {SERVED_DEFAULTS}")
     return report
+
+
+def out_of_domain(options, judge: ShapeJudge, rows: list[ShapeRow], chosen: ShapeRow, log=print) -> tuple[str, dict]:
+    """Every row on the held-out corpus source (:mod:`.ood`): its table (with a blank line after) and
+    JSON; when the corpus store lacks the source, a line that says so and how to import it."""
+    try:
+        ood = OutOfDomain(judge, options.store())
+    except CorpusMissing as e:
+        log(f"out-of-domain shape skipped: {e}")
+        return f"Out of domain: not run ({e}).\n\n", {"skipped": str(e)}
+    log(f"out-of-domain shape: {len(ood.documents)} {ood.source} passages, {len(ood.queries)} questions")
+    results = {}
+    for row in rows:
+        results[row] = ood.evaluate(row)
+        log(f"{row.name}: ood found@1 {results[row]['found_at_1']['mean']:.1f}")
+    table = ood_table(results, chosen, rows[0], ood.source)
+    return table + "\n\n", {"source": ood.source, "rows": {r.name: v for r, v in results.items()}}
 
 
 def write_cards(rows: list[ShapeRow], judge: ShapeJudge, results: dict, chosen: ShapeRow, how: str) -> None:
