@@ -153,7 +153,7 @@ class ServiceSettings(Limits, StoreOptions):
     rerank_fusion: float | None = Field(
         None, ge=0, le=100,
         description="the retriever's weight beside the reranker's: candidates ordered by z(reranker) + W * "
-        "z(retriever) (0: the reranker alone; default: measured)",
+        "z(retriever) (0: the reranker alone; default: measured, 0 with an explicit --reranker)",
     )  # fmt: skip
     group_candidates: bool | None = Field(
         None, description="one candidate per parallel group in the reader's language (default: measured)"
@@ -226,7 +226,10 @@ class ServiceSettings(Limits, StoreOptions):
             rerank = True if self.reranker else measured.rerank
         group = measured.candidates == "groups" if self.group_candidates is None else self.group_candidates
         lexical = measured.lexical_weight if self.lexical_weight is None else self.lexical_weight
-        fusion = measured.rerank_fusion if self.rerank_fusion is None else self.rerank_fusion
+        # the measured weight was chosen for the measured reranker: an explicit --reranker is served alone
+        fusion = self.rerank_fusion
+        if fusion is None:
+            fusion = 0.0 if self.reranker else measured.rerank_fusion
         return Defaults(
             rerank=rerank, rerank_k=self.rerank_k or measured.rerank_k, group_candidates=group, lexical_weight=lexical,
             rerank_fusion=fusion,

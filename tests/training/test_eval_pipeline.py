@@ -141,6 +141,9 @@ def test_served_defaults_file_drives_the_service(tmp_path, monkeypatch):
     d = ServiceSettings().pipeline_defaults()
     assert (d.rerank, d.rerank_k, d.rerank_fusion) == (True, 10, 4.0)
     assert ServiceSettings(rerank_fusion=0).pipeline_defaults().rerank_fusion == 0.0
+    # the weight was measured for the measured reranker: another one given by flag is served alone
+    assert ServiceSettings(reranker="cosine").pipeline_defaults().rerank_fusion == 0.0
+    assert ServiceSettings(reranker="cosine", rerank_fusion=2).pipeline_defaults().rerank_fusion == 2.0
 
 
 def test_best_row_prefers_quality_then_latency_then_simplicity():
