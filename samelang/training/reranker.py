@@ -236,18 +236,18 @@ def dev_eval(module, articles: tuple[int, ...], n_questions: int, langs: tuple[s
 def stage_data(args: RerankerArgs, home: Path, dev: tuple[int, ...], langs: tuple[str, ...], device, log=print):
     """The stage's training instances (and stage 1's teacher scores, else ``None``)."""
     targets = None
+    mined = args.stage > 0 and args.negatives != "article"  # the relevance stage takes its own negatives
+    negatives = retrieved_negatives(args.negatives, home, dev, log) if mined else None
     if args.stage == 0:
         views = args.training_views()
         data = build_relevance_groups(views, args.negatives_per_query, args.seed, langs, exclude_articles=dev)
         held = args.hold_out or "none"
         log(f"relevance groups: {len(data)} (views loaded in {views.seconds:.1f} s; held out: {held})")
     elif args.stage == 1:
-        negatives = None if args.negatives == "article" else retrieved_negatives(args.negatives, home, dev, log)
         data = build_distill_instances(langs, "train", args.seed, args.n_sampled, args.rounds, exclude_articles=dev,
                                        negatives=negatives)  # fmt: skip
         targets = torch.from_numpy(teacher_scores(args.teacher, args.max_length, data, home, device.type))
     else:
-        negatives = None if args.negatives == "article" else retrieved_negatives(args.negatives, home, dev, log)
         data = build_coherence_groups(langs, "train", args.seed, args.repeats, exclude_articles=dev,
                                       negatives=negatives)  # fmt: skip
         if args.ict_groups:

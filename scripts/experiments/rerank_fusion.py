@@ -29,6 +29,7 @@ import numpy as np
 
 from samelang.core.models.folder import replace_section
 from samelang.core.settings import settings
+from samelang.service.pipeline import fuse_scores
 from samelang.service.registry import REPO_MODELS
 from samelang.service.results import SearchOptions
 from samelang.training.data import dev_articles
@@ -75,16 +76,12 @@ DOC_INTRO = (
 )
 
 
-def _z(x: np.ndarray) -> np.ndarray:
-    return (x - x.mean()) / (x.std() + 1e-6)
-
-
 def metrics(judge: ShapeJudge, cands: dict, beta: float, delta: float) -> dict[tuple[str, str], float]:
     out = {}
     for shape in judge.shapes:
         lists = []
         for c in cands[shape]:
-            s = _z(c["retriever"]) if np.isinf(beta) else _z(c["ce"] - delta * c["reader"]) + beta * _z(c["retriever"])
+            s = c["retriever"] if np.isinf(beta) else fuse_scores(c["ce"] - delta * c["reader"], c["retriever"], beta)
             lists.append([c["ids"][j] for j in np.argsort(-s, kind="stable")[:10]])
         per = score_lists(shape, lists, cands["_queries"], judge.present(shape))
         out |= {(shape, m): 100 * float(np.nanmean(v)) for m, v in per.items()}

@@ -34,7 +34,6 @@ from tqdm.auto import tqdm
 from samelang.corpora.records import Document
 from samelang.corpora.store import CorpusStore
 from samelang.corpora.views import load_views
-from samelang.indexes.writes import build_index
 from samelang.service.results import SearchOptions
 from samelang.training.evaluation.memo import CachedReranker
 from samelang.training.evaluation.serving_rule import ShapeRow
@@ -80,12 +79,7 @@ class OutOfDomain:
         """The collection's index for ``enc`` (built once, kept in the cache under the documents' and
         the model's identity)."""
         held = "\n".join(d.id for d in self.documents)
-        ident = f"{OOD_VERSION}:{self.source}:{held}:{enc.fingerprint}:{enc.cache_tag}"
-        out = self.judge.home / "cache" / "shapes" / hashlib.sha256(ident.encode()).hexdigest()[:20]
-        if not (out / "CURRENT").exists():
-            build_index(out, self.documents, enc.encode_passages, enc.info, source=f"ood:{self.source}",
-                        analyzer=enc.analyzer)  # fmt: skip
-        return out
+        return self.judge.cached_index(f"{OOD_VERSION}:{self.source}:{held}", self.documents, enc, f"ood:{self.source}")
 
     def evaluate(self, row: ShapeRow) -> dict:
         """``row``'s metrics on every question (summarised as the XQuAD shapes', per language)."""

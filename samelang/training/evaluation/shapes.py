@@ -244,11 +244,15 @@ class ShapeJudge:
         docs = shape_documents(shape, self.split, self.max_paragraphs)
         # keyed on the documents themselves (ids and labels), so a changed construction never reuses an index
         held = "\n".join(f"{d.id}:{d.group}" for d in docs)
-        ident = f"{SHAPES_VERSION}:{held}:{enc.fingerprint}:{enc.cache_tag}"
-        out = self.home / "cache" / "shapes" / hashlib.sha256(ident.encode()).hexdigest()[:20]
+        return self.cached_index(f"{SHAPES_VERSION}:{held}", docs, enc, f"xquad-shape:{shape}:{self.split}")
+
+    def cached_index(self, ident: str, docs: list[Document], enc, source: str) -> Path:
+        """The index of ``docs`` for ``enc``, built once and kept in the cache under ``ident`` (the
+        collection's identity) and the model's."""
+        key = f"{ident}:{enc.fingerprint}:{enc.cache_tag}"
+        out = self.home / "cache" / "shapes" / hashlib.sha256(key.encode()).hexdigest()[:20]
         if not (out / "CURRENT").exists():
-            build_index(out, docs, enc.encode_passages, enc.info,
-                        source=f"xquad-shape:{shape}:{self.split}", analyzer=enc.analyzer)  # fmt: skip
+            build_index(out, docs, enc.encode_passages, enc.info, source=source, analyzer=enc.analyzer)
         return out
 
     def cross_encoder(self, name: str) -> CachedReranker:
