@@ -26,7 +26,7 @@ from samelang.core.models.folder import replace_section
 from samelang.core.models.precision import EngineOptions, cpu_flags, cpu_summary
 from samelang.core.models.reranker import CrossEncoderReranker
 from samelang.core.settings import settings
-from samelang.service.registry import resolve_model
+from samelang.service.registry import resolve_model, served_defaults
 from samelang.training.data import dev_articles
 from samelang.training.evaluation.memo import search_p50_ms
 from samelang.training.evaluation.serving_rule import ShapeRow
@@ -48,14 +48,21 @@ def main() -> None:
     ap.add_argument("--reranker", required=True)
     ap.add_argument("--retriever", default="e5-small-fused-v3")
     ap.add_argument("--lexical", type=float, default=0.04)
+    ap.add_argument(
+        "--fusion",
+        type=float,
+        default=None,
+        help="the retriever's z-score weight beside the reranker's (default: the served rerank_fusion)",
+    )
     ap.add_argument("--card", action="store_true", help="also write the table into the reranker's README")
     args = ap.parse_args()
     home = settings().home
+    fusion = served_defaults().rerank_fusion if args.fusion is None else args.fusion
     judge = ShapeJudge(home, split="train", shapes=("partial", "one"), articles=dev_articles(DEV_ARTICLES),
                        log=lambda *_: None)  # fmt: skip
     retriever = ShapeRow(args.retriever, args.lexical)
     rows = {"retriever alone": retriever} | {
-        f"k={k}": replace(retriever, reranker=args.reranker, rerank_k=k) for k in KS
+        f"k={k}": replace(retriever, reranker=args.reranker, rerank_k=k, fusion=fusion) for k in KS
     }
     quality = {name: judge.evaluate(row) for name, row in rows.items()}  # each row's p50 too (judge.latency)
     path = resolve_model(args.reranker, home)
@@ -63,7 +70,7 @@ def main() -> None:
     for precision in precisions():
         model = CrossEncoderReranker(path, home=home, options=EngineOptions(precision=precision))
         for k in KS:
-            pipe = judge.pipeline(replace(retriever, reranker=args.reranker, rerank_k=k), "partial")
+            pipe = judge.pipeline(replace(retriever, reranker=args.reranker, rerank_k=k, fusion=fusion), "partial")
             real = pipe.replace(encoder=pipe.encoder._encoder, reranker=model)
             which = np.flatnonzero(judge.reranked_questions)
             firsts = [i for x in sorted(set(judge.qlang)) for i in which[judge.qlang[which] == x][:2]]
@@ -79,9 +86,10 @@ def main() -> None:
         cells += [f"{speed[(p, k)]:.0f}" if k else f"{judge.latency[retriever]:.0f}" for p in precisions()]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     n = int(judge.reranked_questions.sum())
-    out = (f"{args.reranker} over {retriever.name}: dev articles, {n} questions; p50 of Pipeline.search (one search "
-           f"at a time, real models) on {cpu_summary()}.\n\n" + "\n".join(lines)
-           + f"\n\nCommand: `python scripts/experiments/rerank_curve.py --reranker {args.reranker}`")  # fmt: skip
+    command = f"python scripts/experiments/rerank_curve.py --reranker {args.reranker} --fusion {fusion:g}"
+    out = (f"{args.reranker} over {retriever.name}, fused w={fusion:g}: dev articles, {n} questions; p50 of "
+           f"Pipeline.search (one search at a time, real models) on {cpu_summary()}.\n\n" + "\n".join(lines)
+           + f"\n\nCommand: `{command}`")  # fmt: skip
     print(out)
     if args.card:
         replace_section(path / "README.md", SECTION, out + "\n")

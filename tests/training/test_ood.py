@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from samelang.corpora.views import load_views
 from samelang.training.evaluation import ood as O
@@ -58,3 +59,21 @@ def test_without_the_source_the_judge_says_how_to_import_it(tmp_path, samelang_h
     opts = PipelineEvalOptions(shapes=True, corpora=tmp_path / "empty", home=samelang_home, out=tmp_path)
     text, data = SR.out_of_domain(opts, _judge(samelang_home), [ShapeRow("base")], ShapeRow("base"), log=lambda m: None)
     assert "not run" in text and "samelang data import" in text and "skipped" in data
+
+
+def test_ood_only_swaps_the_judges_paragraph_and_refuses_a_doc_without_one(tmp_path):
+    """``--ood-only --card`` replaces the out-of-domain paragraph (up to the ``Questions:`` line) and
+    leaves the rest of the section; a doc without the paragraph is an error naming the fix."""
+    from samelang.training.evaluation.shapes_run import replace_ood_paragraph
+
+    doc = tmp_path / "evaluation.md"
+    doc.write_text("## S\n\n| t |\n\nOut of domain: not run (x).\n\nQuestions: 12 test questions.\n\n## Next\n")
+    replace_ood_paragraph(doc, "**out of domain** (tydiqa)\n\n| row |\n\n")
+    text = doc.read_text()
+    assert "not run" not in text and "**out of domain** (tydiqa)\n\n| row |\n\nQuestions: 12" in text
+    replace_ood_paragraph(doc, "**out of domain** (v2)\n\n")  # a second run replaces the first's table
+    assert text.count("out of domain") == doc.read_text().count("out of domain") and "(v2)" in doc.read_text()
+    bare = tmp_path / "bare.md"
+    bare.write_text("## S\n\nQuestions: 1.\n")
+    with pytest.raises(SystemExit, match="samelang eval pipeline --shapes --card"):
+        replace_ood_paragraph(bare, "x")

@@ -119,3 +119,12 @@ def ood_table(results: dict[ShapeRow, dict], chosen: ShapeRow | None, base: Shap
         gaps = ", ".join(f"{m} {v:+.1f}" for m, v in wins.items())
         lines += ["", f"The served row {verdict} the base model's dense row out of domain ({gaps} points)."]
     return "\n".join(lines)
+
+
+def ood_summary(data: dict) -> dict:
+    """What ``models/serving.json`` keeps of the shape's JSON: each row's means (the report keeps the
+    intervals and languages)."""
+    return {
+        "source": data["source"],
+        "rows": {name: {m: round(v[m]["mean"], 2) for m in OOD_METRICS} for name, v in data["rows"].items()},
+    }

@@ -386,6 +386,10 @@ class PipelineEvalOptions(EvalOptions, CorporaOption):
         True, description="With --shapes: also the out-of-domain shape, the corpus source every training run holds "
         "out (skipped, saying how to import it, when the corpus store lacks it).",
     )  # fmt: skip
+    ood_only: bool = Field(
+        False, description="With --shapes: only the out-of-domain shape, for the rows the last judge chose among "
+        "(models/serving.json); with --card its table replaces the one in docs/evaluation.md and serving.json.",
+    )  # fmt: skip
 
     @model_validator(mode="after")
     def _card_needs_the_sample(self) -> PipelineEvalOptions:

@@ -208,9 +208,12 @@ def strengths(results: dict, chosen: ShapeRow) -> dict[str, list[str]]:
     return {"good_at": good, "bad_at": bad}
 
 
-def write_serving(path: Path, chosen: ShapeRow, train: dict, test: dict, verdict: dict, command: str) -> None:
+def write_serving(
+    path: Path, chosen: ShapeRow, train: dict, test: dict, verdict: dict, command: str, ood: dict | None = None
+) -> None:
     """``models/serving.json``: the served row, the rule, and the tables behind it (``train``: what
-    chose, the dev articles' questions of the train-article shapes; test: the report)."""
+    chose, the dev articles' questions of the train-article shapes; test: the report; ``ood``: the
+    out-of-domain shape's means per row, when it ran)."""
 
     def table(results):
         return {r.name: {s: round(v, 2) for s, v in primary(res).items()} for r, res in results.items()}
@@ -227,6 +230,7 @@ def write_serving(path: Path, chosen: ShapeRow, train: dict, test: dict, verdict
         "train_verdict": {r.name: v for r, v in verdict.items()},
         "test": table(test),
         **strengths(test, chosen),
+        **({"ood": ood} if ood else {}),
         "command": command,
     }
     atomic_write_text(path, json.dumps(data, indent=2) + "\n")
