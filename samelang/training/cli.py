@@ -30,7 +30,7 @@ from samelang.training.evaluation.fusion import FusionEvalOptions, FusionTuning
 from samelang.training.evaluation.pipeline import PipelineEvalOptions, run_pipeline_evaluation
 from samelang.training.evaluation.precision import PrecisionEvalOptions, PrecisionEvaluation
 from samelang.training.evaluation.reranker import RerankerEvalOptions, RerankerEvaluation
-from samelang.training.evaluation.shapes_run import run_shapes
+from samelang.training.evaluation.shapes_run import run_ood_only, run_shapes
 from samelang.training.reranker import RerankerArgs, train_reranker
 
 train_app = typer.Typer(help="Train the models (CPU for small runs, GPUs via torchrun).", no_args_is_help=True)
@@ -130,6 +130,9 @@ def eval_bias_cmd(opts: BiasEvalOptions) -> None:
 def eval_pipeline_cmd(opts: PipelineEvalOptions) -> None:
     """What the reader gets, end to end: every retriever x reranker x candidate strategy through the
     served pipeline on the XQuAD test articles (12-language pool, bilingual pools, Mono-Same)."""
+    if opts.ood_only:
+        typer.echo(run_ood_only(opts, EVALUATION_DOC, log=typer.echo).table)
+        return
     if opts.shapes or opts.tiny:
         typer.echo(run_shapes(opts, EVALUATION_DOC, log=typer.echo).table)
         return

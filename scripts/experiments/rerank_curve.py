@@ -88,7 +88,9 @@ def main() -> None:
     n = int(judge.reranked_questions.sum())
     command = f"python scripts/experiments/rerank_curve.py --reranker {args.reranker} --fusion {fusion:g}"
     out = (f"{args.reranker} over {retriever.name}, fused w={fusion:g}: dev articles, {n} questions; p50 of "
-           f"Pipeline.search (one search at a time, real models) on {cpu_summary()}.\n\n" + "\n".join(lines)
+           f"Pipeline.search (one search at a time, real models) on {cpu_summary()}; quality at the precision "
+           f"`samelang serve` picks ({judge.cross_encoder(args.reranker).model.precision}; the other columns are speed "
+           "only).\n\n" + "\n".join(lines)
            + f"\n\nCommand: `{command}`")  # fmt: skip
     print(out)
     if args.card:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import shlex
 from dataclasses import replace
 from pathlib import Path
 
@@ -192,8 +193,10 @@ def compare(args, home) -> None:
         lines.append(f"| {label} | {knobs} | {mean_primary(r):.1f} | " + " | ".join(f"{r[c]:.1f}" for c in cols) + " |")
     out = (f"Dev articles, {n} questions ({n // 12} positions x 12 languages); each reranker over the first 20 "
            f"candidate groups of {retriever.name}, alone and fused with the retriever at the knobs its own grid "
-           f"chooses (score `z(ce - delta * [lang == reader]) + beta * z(retriever)`).\n\n" + "\n".join(lines)
-           + f"\n\nCommand: `python scripts/experiments/rerank_fusion.py --compare {args.compare}`")  # fmt: skip
+           "chooses on these same questions (so each fused row is its best case; score "
+           "`z(ce - delta * [lang == reader]) + beta * z(retriever)`).\n\n" + "\n".join(lines)
+           + f"\n\nCommand: `python scripts/experiments/rerank_fusion.py --per-lang {args.per_lang} --compare "
+           f"{shlex.quote(args.compare)}`")  # fmt: skip
     print(out)
     if args.card:
         replace_section(Path(args.card) / "README.md", ABLATION_SECTION, out + "\n")

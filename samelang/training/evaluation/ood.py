@@ -121,9 +121,11 @@ def ood_table(results: dict[ShapeRow, dict], chosen: ShapeRow | None, base: Shap
     return "\n".join(lines)
 
 
-def ood_summary(data: dict) -> dict:
+def ood_summary(data: dict | None) -> dict | None:
     """What ``models/serving.json`` keeps of the shape's JSON: each row's means (the report keeps the
-    intervals and languages)."""
+    intervals and languages); ``None`` when the shape did not run."""
+    if not data or "skipped" in data:
+        return None
     return {
         "source": data["source"],
         "rows": {name: {m: round(v[m]["mean"], 2) for m in OOD_METRICS} for name, v in data["rows"].items()},

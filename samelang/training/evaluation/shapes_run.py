@@ -185,13 +185,11 @@ def run_shapes(options, doc: Path | None = None, log=print):
     and questions of each shape, nothing written but the report (seconds)."""
     from samelang.training.evaluation.fusion import tuned_weights  # deferred: keeps torch out of start-up
 
-    if options.ood_only:
-        return run_ood_only(options, doc, log)
     home = options.home
     t0 = time.perf_counter()
     # a tiny run times each row on 3 searches (a reranked one costs ~1 s each on 2 cores)
     tiny = dict(max_paragraphs=3, max_questions=2, memo=False, latency_per_lang=1, latency_langs=("en", "de", "zh"))
-    tiny = tiny if options.tiny else {}
+    tiny = tiny if options.tiny else {}  # fmt: skip
     rows = default_rows(tuned_weights())
     dev = None if options.tiny else dev_articles(DEV_ARTICLES)  # a tiny run's few paragraphs hold no dev question
     train = ShapeJudge(home, split="train", articles=dev, log=log, **tiny)
@@ -212,10 +210,7 @@ def run_shapes(options, doc: Path | None = None, log=print):
     command = judge_command(options)
     card = options.card and not options.tiny
     if card:  # written before the HTTP check, which then loads what `samelang serve` loads
-        ran = ood_json and "skipped" not in ood_json
-        write_serving(
-            SERVED_DEFAULTS, chosen, train_res, test_res, verdict, command, ood_summary(ood_json) if ran else None
-        )
+        write_serving(SERVED_DEFAULTS, chosen, train_res, test_res, verdict, command, ood_summary(ood_json))
     http = served_over_http(test, chosen, shipped=card) if options.http else None
     minutes = (time.perf_counter() - t0) / 60
     how = (f"Questions: {len(test.queries)} test-article questions in 12 languages ({len(train.queries)} questions of "
