@@ -9,7 +9,9 @@
 #   4. LAMAR v3 (seed 002): stage 1 distils the relevance model's English score into every language
 #      pair, its documents the fused retriever's best-ranked wrong ones; stage 2 on the fused
 #      retriever's own candidates and on groups from the corpus's parallel passages;
-#   5. `samelang eval pipeline --shapes --full` (the judge; --card is left to a person who read it).
+#   5. the extractive reader (XQuAD train articles + the corpus's QA spans, TyDi QA held out);
+#   6. `samelang eval pipeline --shapes --full` and `samelang eval answer` (the judges; --card is left
+#      to a person who read them).
 # It installs nothing: an environment with the project's `gpu` extra and the CUDA torch==2.13.0
 # (the `train` image of docker/Dockerfile). Run scripts/gpu_smoke.sh first. The corpus store must be
 # there (SAMELANG_CORPORA, or shared/corpora beside the checkout): `samelang data import --snapshots
@@ -42,7 +44,10 @@ step lamar-v3-stage1 samelang train reranker --stage 1 --out models/lamar-e5-sma
   --negatives e5-small-fused-v3 --n-sampled 3 --rounds 2 "${GPU[@]}"
 step lamar-v3-stage2 samelang train reranker --stage 2 --init models/lamar-e5-small-v3-stage1 \
   --out models/lamar-e5-small-v3 --negatives e5-small-fused-v3 --repeats 2 --ict-groups 800 "${GPU[@]}"
+step reader samelang train reader --out models/reader-e5-small --hold-out tydiqa_goldp --max-steps 2400 \
+  --batch-size 16 "${GPU[@]}"
 step judge samelang eval pipeline --shapes --full --out "$OUT/eval"
+step judge-answer samelang eval answer --out "$OUT/eval-answer"
 echo "== timings (also in $TIMINGS)"
 cat "$TIMINGS"
 echo "total $SECONDS s"

@@ -54,6 +54,18 @@ def encoder(base_model_path, samelang_home):
     return Encoder(base_model_path, home=samelang_home)
 
 
+@pytest.fixture(scope="session")
+def tiny_reader(tmp_path_factory, base_model_path, samelang_home) -> Path:
+    """An extractive reader trained for a few steps here (English and Chinese XQuAD train articles,
+    short windows): a real model folder of ``samelang train reader``, weights barely trained."""
+    from samelang.training.reader import ReaderArgs, train_reader
+
+    args = ReaderArgs(out=tmp_path_factory.mktemp("reader") / "reader", langs="en,zh", corpus=False, batch_size=4,
+                      max_steps=3, max_length=96, stride=32, dev_per_lang=3, lr=1e-3, device="cpu",
+                      home=samelang_home)  # fmt: skip
+    return train_reader(args, log=lambda *a: None)
+
+
 # ----------------------------------------------------------------------------- a corpus store of small files
 
 

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 import faiss
 
 from samelang.core.models.generation import LlamaCppGenerator, NoGenerator, OpenAIGenerator
+from samelang.core.models.reader import ExtractiveReader
 from samelang.core.models.reranker import CosineReranker, CrossEncoderReranker
 from samelang.core.resources import LoadLedger, rss_mb
 from samelang.corpora import XQUAD_LANGS
@@ -26,6 +27,7 @@ from samelang.service.batching import micro_batched
 from samelang.service.config import ServiceSettings
 from samelang.service.limits import Limits
 from samelang.service.pipeline import Pipeline
+from samelang.service.reading import EXTRACTIVE
 from samelang.service.registry import SERVED_DEFAULTS
 from samelang.service.results import SearchParams
 
@@ -63,6 +65,8 @@ def load_components(cfg: ServiceSettings) -> Components:
             if reranker_path
             else CosineReranker(encoder)
         )
+    with ledger.measure("reader"):
+        reader = load_reader(cfg, device)
     with ledger.measure("generator"):
         if cfg.generator == "llamacpp":
             gguf = cfg.generator_model or registry.default_generator_path(cfg.home)
@@ -81,7 +85,7 @@ def load_components(cfg: ServiceSettings) -> Components:
     limits = Limits.of(cfg)
     pipeline = Pipeline(
         encoder, index, reranker, generator, langid, limits, SearchParams(cfg.ef_search, cfg.nprobe),
-        cfg.pipeline_defaults(),
+        cfg.pipeline_defaults(), reader=reader,
     )  # fmt: skip
     if pipeline.defaults.lexical_weight and pipeline.lexical is None:
         log.warning(
@@ -94,6 +98,26 @@ def load_components(cfg: ServiceSettings) -> Components:
         "memory": {"before_load_rss_mb": start_rss, **ledger.report()},
     }
     return Components(pipeline, info)
+
+
+def load_reader(cfg: ServiceSettings, device: str) -> ExtractiveReader | None:
+    """The extractive reader ``cfg`` names (or the shipped one), loaded now when ``/answer`` answers
+    extractively by default, else on its first extractive request; ``None`` without one."""
+    path = registry.default_reader(cfg.reader, cfg.home)
+    if path is None:
+        if cfg.answer_mode == EXTRACTIVE:
+            raise ValueError("--answer-mode extractive needs a reader: pass --reader DIR (train one with "
+                             "`samelang train reader`)")  # fmt: skip
+        return None
+    reader = ExtractiveReader(path, device=device, home=cfg.home, max_length=cfg.reader_max_length)
+    return reader.load() if cfg.pipeline_defaults().answer_mode == EXTRACTIVE else reader
+
+
+def reader_info(reader: ExtractiveReader | None) -> dict | None:
+    if reader is None:
+        return None
+    return {"name": reader.name, "path": str(reader.path), "kind": reader.kind, "threshold": reader.threshold,
+            "precision": reader.precision}  # fmt: skip
 
 
 def micro_batching(pipeline: Pipeline, cfg: ServiceSettings, metrics: Metrics) -> tuple[Pipeline, list]:
@@ -162,6 +186,8 @@ def describe(pipeline: Pipeline, cfg: ServiceSettings) -> dict:
             "max_items": cfg.max_batch_items,
         },
         "generator": {"name": generator.name},
+        "reader": reader_info(pipeline.reader),
+        "answer_mode": pipeline.defaults.answer_mode,
         "index": {
             **index.manifest,
             "path": str(index.path),

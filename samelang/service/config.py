@@ -166,6 +166,23 @@ class ServiceSettings(Limits, StoreOptions):
         "index with its lexical half, which `samelang index build` writes; default: measured, models/serving.json)",
     )
     reranker_max_length: int = Field(256, ge=16, le=512, description="cross-encoder truncation (tokens per pair)")
+    reader: str | None = Field(
+        None,
+        description="extractive reader folder (a models/ name or a path) for /answer's extractive mode, or 'none' "
+        "(default: the shipped models/reader-e5-small when present)",
+    )
+    answer_mode: Literal["extractive", "generative"] | None = Field(
+        None,
+        description="/answer's default mode: extractive (the reader copies the answer out of the passages) or "
+        "generative (the generator writes it); a request's answer_mode wins (default: measured, "
+        "models/serving.json, when a reader is loaded and the generator is not --generator openai; else generative)",
+    )
+    reader_max_length: int | None = Field(
+        None,
+        ge=32,
+        le=512,
+        description="extractive reader window in tokens, question + passage (default: its own)",
+    )
     generator: Literal["llamacpp", "openai", "none"] = Field(
         "llamacpp",
         description="/answer's generator: embedded Gemma 3 270M GGUF on llama.cpp, an OpenAI-compatible server, "
@@ -230,7 +247,13 @@ class ServiceSettings(Limits, StoreOptions):
         fusion = self.rerank_fusion
         if fusion is None:
             fusion = 0.0 if self.reranker else measured.rerank_fusion
+        mode = self.answer_mode
+        if mode is None:
+            from samelang.service.registry import default_reader  # deferred: keeps faiss out of start-up
+
+            measured_mode = self.generator != "openai" and default_reader(self.reader, self.home) is not None
+            mode = measured.answer_mode if measured_mode else "generative"
         return Defaults(
             rerank=rerank, rerank_k=self.rerank_k or measured.rerank_k, group_candidates=group, lexical_weight=lexical,
-            rerank_fusion=fusion,
+            rerank_fusion=fusion, answer_mode=mode,
         )  # fmt: skip

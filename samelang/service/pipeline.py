@@ -35,6 +35,7 @@ from samelang.indexes.vectors import normalise
 from samelang.service.errors import AnswerUnavailable, BadRequest
 from samelang.service.limits import Limits
 from samelang.service.prompts import fit_prompt
+from samelang.service.reading import EXTRACTIVE, extract, prepare_extract, read
 from samelang.service.results import (
     ANY,
     READER,
@@ -80,8 +81,10 @@ class Pipeline:
         limits: Limits,
         search_params: SearchParams | None = None,
         defaults: Defaults | None = None,
+        reader=None,
     ):
         self.encoder, self.index, self.reranker, self.generator = encoder, index, reranker, generator
+        self.reader = reader  # an extractive reader (samelang.core.models.reader), or None
         self.langid, self.limits, self.search_params = langid, limits, search_params or SearchParams()
         self.defaults = defaults or Defaults()
         self._doc_langs = np.array(index.docs.langs(index.size), dtype=object)  # by row (None: deleted too)
@@ -111,7 +114,7 @@ class Pipeline:
         """A pipeline sharing these components except ``changes`` (e.g. another generator)."""
         parts = dict(encoder=self.encoder, index=self.index, reranker=self.reranker, generator=self.generator,
                      langid=self.langid, limits=self.limits, search_params=self.search_params,
-                     defaults=self.defaults)  # fmt: skip
+                     defaults=self.defaults, reader=self.reader)  # fmt: skip
         return Pipeline(**{**parts, **changes})
 
     def components(self) -> dict:
@@ -124,6 +127,7 @@ class Pipeline:
             "rerank_k": d.rerank_k if d.rerank else None,
             "rerank_fusion": d.rerank_fusion if d.rerank else None,
             "candidates": "groups" if d.group_candidates else "documents",
+            "reader": self.reader.name if self.reader is not None else None,
         }
 
     # -- retrieval -------------------------------------------------------------------------
@@ -459,6 +463,28 @@ class Pipeline:
         return det.lang if det else None
 
     # -- /answer ----------------------------------------------------------------------------
+    def answer_mode(self, mode: str | None) -> str:
+        """The mode a request gets (its own, else the server's default); extractive needs a reader."""
+        mode = mode or self.defaults.answer_mode
+        if mode == EXTRACTIVE and self.reader is None:
+            raise BadRequest("answer_mode", "extractive needs a reader: start the server with --reader DIR (train one "
+                             "with `samelang train reader`), or ask answer_mode 'generative'")  # fmt: skip
+        return mode
+
+    def cite(self, ranked: Ranked, passages: int) -> list[Hit]:
+        """The first ``passages`` hits of distinct groups (group-aware hits are distinct already; never
+        changes the first passage): what ``/answer`` reads and cites."""
+        seen: set = set()
+        cited = []
+        for h in ranked.hits:
+            key = h.doc.group or ("row", h.doc.row)
+            if key not in seen:
+                seen.add(key)
+                cited.append(h)
+            if len(cited) == passages:
+                break
+        return cited
+
     def prepare_answer(self, query: str, opts: SearchOptions, passages: int, max_tokens: int) -> tuple[Ranked, str]:
         """Search as ``/search`` does, keep the first ``passages`` hits of distinct groups (with
         group-aware candidates: distinct documents in the reader's language where the index has
@@ -470,32 +496,38 @@ class Pipeline:
             )
         ranked = self.search(query, opts)
         # two language versions of one paragraph would spend the generator's context twice: keep the
-        # first-ranked of each group (a no-op for group-aware hits; never changes the first passage)
-        seen: set = set()
-        cited = []
-        for h in ranked.hits:
-            key = h.doc.group or ("row", h.doc.row)
-            if key not in seen:
-                seen.add(key)
-                cited.append(h)
-            if len(cited) == passages:
-                break
-        cited, prompt = fit_prompt(self.generator, query, cited, max_tokens)
+        # first-ranked of each group
+        cited, prompt = fit_prompt(self.generator, query, self.cite(ranked, passages), max_tokens)
         return replace(ranked, hits=cited), prompt
 
-    def answer(self, query: str, opts: SearchOptions, passages: int, max_tokens: int) -> tuple[Ranked, str | None]:
-        """The cited hits (:meth:`prepare_answer`) and the generator's answer over them."""
+    def answer(
+        self, query: str, opts: SearchOptions, passages: int, max_tokens: int, mode: str | None = None
+    ) -> tuple[Ranked, Answered]:
+        """The cited hits and the answer over them: the generator's (:meth:`prepare_answer`), or with
+        ``mode`` extractive (the default's when ``None``) the reader's span (:func:`.reading.extract`)."""
+        if self.answer_mode(mode) == EXTRACTIVE:
+            return extract(self, query, opts, passages)
         ranked, prompt = self.prepare_answer(query, opts, passages, max_tokens)
         try:
             text = self.generator.generate(prompt, max_tokens)
         except GeneratorUnavailable as e:
             raise AnswerUnavailable(str(e), ranked.hits, refused=isinstance(e, GeneratorRefused)) from e
-        return ranked, text
+        return ranked, Answered(text)
 
-    def answer_stream(self, query: str, opts: SearchOptions, passages: int, max_tokens: int) -> Iterator:
+    def answer_stream(
+        self, query: str, opts: SearchOptions, passages: int, max_tokens: int, mode: str | None = None
+    ) -> Iterator:
         """:meth:`answer` as it happens: the cited hits (a :class:`Ranked`) as soon as retrieval is
-        done, then each piece of text (a ``str``) as the generator decodes it, then the whole
-        answer (an :class:`Answered`; the same text :meth:`answer` gives, greedy decoding)."""
+        done, then each piece of text (a ``str``) as the generator decodes it (an extracted span is
+        one piece), then the whole answer (an :class:`Answered`; the same :meth:`answer` gives)."""
+        if self.answer_mode(mode) == EXTRACTIVE:
+            ranked = prepare_extract(self, query, opts, passages)
+            yield ranked
+            answered = read(self, query, ranked)
+            if answered.text:
+                yield answered.text
+            yield answered
+            return
         ranked, prompt = self.prepare_answer(query, opts, passages, max_tokens)
         yield ranked
         pieces = []

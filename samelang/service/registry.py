@@ -9,7 +9,7 @@ from pathlib import Path
 
 from samelang.core.models.base_model import ensure_base_model
 from samelang.core.models.encoder import Encoder
-from samelang.core.models.folder import adapter_saved_modules, is_adapter, model_fingerprint
+from samelang.core.models.folder import adapter_saved_modules, is_adapter, model_fingerprint, read_manifest
 from samelang.core.models.fused import FusedEncoder, FusionConfig, fused_fingerprint, is_fused_folder, joined_tag
 from samelang.core.models.gemma_checkpoint import generator_gguf
 from samelang.core.models.onnx_export import precision_variant
@@ -22,6 +22,8 @@ from samelang.indexes.writes import build_index
 
 ALIGNED_BIENCODER = REPO_MODELS / "e5-small-aligned"
 LAMAR_RERANKER = REPO_MODELS / "lamar-e5-small"
+READER = REPO_MODELS / "reader-e5-small"  # the shipped extractive reader (samelang train reader)
+NONE = "none"
 COSINE = "cosine"  # --reranker cosine: rerank by the served bi-encoder's cosine
 BASE = "base"  # the converted multilingual-e5-small
 # the served row of `samelang eval pipeline`, written by `samelang eval pipeline --card`
@@ -41,6 +43,7 @@ class ServedDefaults:
     rerank_k: int = 20
     lexical_weight: float = 0.0  # BM25's weight in hybrid retrieval (0: dense only)
     rerank_fusion: float = 0.0  # the retriever's weight beside the reranker's (0: the reranker alone)
+    answer_mode: str = "generative"  # /answer: the generator writes (generative) or the reader copies (extractive)
 
     @property
     def rerank(self) -> bool:
@@ -55,8 +58,15 @@ def served_defaults(path: Path = SERVED_DEFAULTS) -> ServedDefaults:
     d = json.loads(Path(path).read_text())["served"]
     return ServedDefaults(
         d["retriever"], d["reranker"], d["candidates"], int(d.get("rerank_k", 20)), float(d.get("lexical_weight", 0.0)),
-        float(d.get("rerank_fusion", 0.0)),
+        float(d.get("rerank_fusion", 0.0)), _answer_mode(d.get("answer_mode", "generative"), path),
     )  # fmt: skip
+
+
+def _answer_mode(value, path) -> str:
+    if value not in ("extractive", "generative"):
+        raise ValueError(f"{path}: served answer_mode {value!r} is neither 'extractive' nor 'generative'; run "
+                         "`samelang eval answer --card` to measure it again")  # fmt: skip
+    return value
 
 
 def resolve_model(name: str, home: Path) -> Path:
@@ -124,6 +134,21 @@ def shipped_biencoders() -> list[Path]:
     return sorted(p for p in REPO_MODELS.iterdir() if is_adapter(p) and not adapter_saved_modules(p))
 
 
+def default_reader(choice: str | Path | None, home: Path | None = None) -> Path | None:
+    """The extractive reader ``/answer`` uses: ``choice`` when it names a folder (a ``models/`` name or
+    a path), ``None`` for ``none``; unset: the shipped :data:`READER` when present, else ``None``."""
+    if choice is not None and str(choice) != "":
+        if str(choice).lower() == NONE:
+            return None
+        return resolve_model(str(choice), home) if home is not None else Path(choice)
+    return READER if is_model_kind(READER, "extractive-reader") else None
+
+
+def is_model_kind(path: Path, kind: str) -> bool:
+    """Whether ``path`` holds a model whose manifest's kind starts with ``kind`` (e.g. ``extractive-reader``)."""
+    return str((read_manifest(path) or {}).get("kind", "")).startswith(kind)
+
+
 def shipped_cross_encoders() -> list[Path]:
     """The finished rerankers the repository ships: cross-encoder adapters (they save their head,
     ``classifier``) whose run was LAMAR's last stage; a relevance-stage or stage-1 folder is kept
@@ -131,7 +156,7 @@ def shipped_cross_encoders() -> list[Path]:
     reranks with every one."""
     out = []
     for p in sorted(REPO_MODELS.iterdir()):
-        if is_adapter(p) and adapter_saved_modules(p):
+        if is_adapter(p) and adapter_saved_modules(p) and not is_model_kind(p, "extractive-reader"):
             args = p / "training_args.json"
             if not args.exists() or json.loads(args.read_text()).get("stage") not in (0, 1):
                 out.append(p)

@@ -34,6 +34,7 @@ class Defaults:
     rerank_fusion: float = 0.0
     group_candidates: bool = True  # collapse parallel versions into one candidate per group
     lexical_weight: float = 0.0  # hybrid retrieval: cos + w * bm25 / max bm25 (0: dense only)
+    answer_mode: str = "generative"  # /answer: "generative" (the generator writes) or "extractive" (a span)
 
 
 @dataclass(frozen=True)
@@ -81,9 +82,14 @@ class Hit:
 
 @dataclass(frozen=True)
 class Answered:
-    """The end of :meth:`Pipeline.answer_stream`: the whole answer (``None``: no generator)."""
+    """The end of :meth:`Pipeline.answer_stream` (and what :meth:`Pipeline.answer` returns): the whole
+    answer (``None``: none), how it was made, and, for an extracted span, the language and id of the
+    passage it was copied from (a generated answer's are read back from its text)."""
 
     text: str | None
+    mode: str = "generative"
+    lang: str | None = None
+    cited: tuple[str, ...] | None = None
 
 
 @dataclass

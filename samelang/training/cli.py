@@ -19,6 +19,7 @@ from samelang.indexes.atomic import atomic_write_text
 from samelang.training.biencoder import BiencoderArgs, train_biencoder
 from samelang.training.contamination import DataFilterOptions, run_filter
 from samelang.training.corpus import DATA_DOC_HEAD, DataImportOptions, DataInfoOptions, import_sources, info_report
+from samelang.training.evaluation.answers import AnswerEvalOptions, run_answer_evaluation
 from samelang.training.evaluation.bias_audit import BiasEvalOptions, run_bias_audit
 from samelang.training.evaluation.biencoder import (
     AblationOptions,
@@ -31,6 +32,7 @@ from samelang.training.evaluation.pipeline import PipelineEvalOptions, run_pipel
 from samelang.training.evaluation.precision import PrecisionEvalOptions, PrecisionEvaluation
 from samelang.training.evaluation.reranker import RerankerEvalOptions, RerankerEvaluation
 from samelang.training.evaluation.shapes_run import run_ood_only, run_shapes
+from samelang.training.reader import ReaderArgs, train_reader
 from samelang.training.reranker import RerankerArgs, train_reranker
 
 train_app = typer.Typer(help="Train the models (CPU for small runs, GPUs via torchrun).", no_args_is_help=True)
@@ -66,6 +68,14 @@ def train_reranker_cmd(args: RerankerArgs) -> None:
     """Train the LAMAR cross-encoder: stage 1 (distillation) or stage 2 (ADR-MSE + language coherence)."""
 
     typer.echo(f"model: {train_reranker(args)}")
+
+
+@train_app.command("reader")
+@options.command(ReaderArgs)
+def train_reader_cmd(args: ReaderArgs) -> None:
+    """Train the extractive reader (a span head for /answer) on XQuAD train articles and the corpus's QA spans."""
+
+    typer.echo(f"model: {train_reader(args)}")
 
 
 @eval_app.command("biencoder")
@@ -123,6 +133,16 @@ def eval_bias_cmd(opts: BiasEvalOptions) -> None:
     """The label-free language-bias audit (/diagnose's code) on the partial-translation and parallel
     shapes (test articles), for the served default beside the rows it replaced."""
     typer.echo(run_bias_audit(opts, doc=EVALUATION_DOC, log=typer.echo))
+
+
+@eval_app.command("answer")
+@options.command(AnswerEvalOptions)
+@_usage_errors
+def eval_answer_cmd(opts: AnswerEvalOptions) -> None:
+    """What /answer says, end to end over HTTP: the extractive reader and the generator, answer F1/EM per
+    language on the parallel and partial-translation shapes (test articles), beside the reader alone on the
+    gold paragraph."""
+    typer.echo(run_answer_evaluation(opts, EVALUATION_DOC, log=typer.echo).table)
 
 
 @eval_app.command("pipeline")

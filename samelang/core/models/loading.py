@@ -149,3 +149,27 @@ def keep_layers(hf_model, n: int) -> None:
         raise ValueError(f"cannot keep {n} layers of a model with {len(encoder.layer)}")
     encoder.layer = torch.nn.ModuleList(list(encoder.layer)[:n])
     hf_model.config.num_hidden_layers = n
+
+
+def load_span_model(path: str | Path, home: Path, device: str = "cpu"):
+    """``(model, tokenizer)`` of an extractive reader's folder (:mod:`.reader`): a full
+    ``AutoModelForQuestionAnswering`` checkpoint, or the converted base model with the folder's LoRA
+    adapter merged in and its trained ``qa_outputs`` head (the base has none) in place."""
+    from transformers import AutoModelForQuestionAnswering, AutoTokenizer  # deferred: torch only when used
+
+    path = Path(path)
+    if not is_adapter(path):
+        with _quiet_load(drop_conversion_notice=False):
+            model = AutoModelForQuestionAnswering.from_pretrained(path)
+        return model.to(device).eval(), AutoTokenizer.from_pretrained(path)
+    from peft import PeftModel  # deferred: peft imports torch
+
+    base = ensure_base_model(home)
+    layers = (read_manifest(path) or {}).get("base_layers")
+    with _quiet_load(drop_conversion_notice=True):
+        model = AutoModelForQuestionAnswering.from_pretrained(base)
+        if layers:
+            keep_layers(model, int(layers))
+        model = PeftModel.from_pretrained(model, str(path)).merge_and_unload()
+    log.info("%s: base %s + LoRA adapter merged, qa_outputs from the adapter", path.name, base.name)
+    return model.to(device).eval(), AutoTokenizer.from_pretrained(base)

@@ -22,6 +22,7 @@ from samelang.service.diagnosis import dataset_queries, diagnose, sample_queries
 from samelang.service.errors import BadRequest
 from samelang.service.pipeline import Pipeline
 from samelang.service.prompts import citations
+from samelang.service.reading import EXTRACTIVE
 from samelang.service.results import Answered, Hit, Ranked, SearchOptions
 
 
@@ -107,21 +108,26 @@ class Handlers:
         return P.RerankResponse(reranker=self.pipeline.reranker.name, results=results)
 
     def answer(self, req: P.AnswerRequest) -> P.AnswerResponse:
-        ranked, text = self.pipeline.answer(req.query, self._answer_options(req), req.passages, req.max_tokens)
-        return self._answered(ranked, text)
+        ranked, answered = self.pipeline.answer(
+            req.query, self._answer_options(req), req.passages, req.max_tokens, req.answer_mode
+        )
+        return self._answered(ranked, answered)
 
     def _answer_options(self, req: P.AnswerRequest) -> SearchOptions:
         return self.options(req, req.k, req.rerank_k or min(self.pipeline.defaults.rerank_k, req.k))
 
-    def _answered(self, ranked: Ranked, text: str | None) -> P.AnswerResponse:
+    def _answered(self, ranked: Ranked, answered: Answered) -> P.AnswerResponse:
+        text = answered.text
+        lang = answered.lang if answered.mode == EXTRACTIVE else (self.pipeline.detect_language(text) if text else None)
         return P.AnswerResponse(
             answer=text,
-            answer_lang=self.pipeline.detect_language(text) if text else None,
+            answer_lang=lang,
+            answer_mode=answered.mode,
             query_lang=ranked.query_lang,
             generator=self.pipeline.generator.name,
             components=_components(self.pipeline, ranked),
             passages=cited(ranked.hits),
-            citations=citations(text, ranked.hits),
+            citations=list(answered.cited) if answered.cited is not None else citations(text, ranked.hits),
         )
 
     def answer_events(self, req: P.AnswerRequest) -> Iterator[tuple[str, BaseModel]]:
@@ -129,17 +135,19 @@ class Handlers:
         yields; the ``done`` payload is :meth:`answer`'s response with the timing."""
         t0 = time.perf_counter()
         ranked, first, retrieval_ms = None, None, 0.0
-        for ev in self.pipeline.answer_stream(req.query, self._answer_options(req), req.passages, req.max_tokens):
+        mode = self.pipeline.answer_mode(req.answer_mode)
+        events = self.pipeline.answer_stream(req.query, self._answer_options(req), req.passages, req.max_tokens, mode)
+        for ev in events:
             ms = (time.perf_counter() - t0) * 1000
             if isinstance(ev, Ranked):
                 ranked, retrieval_ms = ev, ms
                 yield "passages", P.AnswerPassagesEvent(
-                    query_lang=ev.query_lang, generator=self.pipeline.generator.name,
+                    query_lang=ev.query_lang, answer_mode=mode, generator=self.pipeline.generator.name,
                     components=_components(self.pipeline, ev), passages=cited(ev.hits),
                 )  # fmt: skip
             elif isinstance(ev, Answered):
                 timing = P.AnswerTiming(retrieval_ms=retrieval_ms, first_token_ms=first, total_ms=ms)
-                yield "done", P.AnswerDoneEvent(**dict(self._answered(ranked, ev.text)), timing=timing)
+                yield "done", P.AnswerDoneEvent(**dict(self._answered(ranked, ev)), timing=timing)
             else:
                 first = ms if first is None else first
                 yield "token", P.AnswerTokenEvent(text=ev)

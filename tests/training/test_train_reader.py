@@ -1,0 +1,127 @@
+"""The extractive reader's trainer: window labels that point at the answer, the threshold
+calibration on hand-made margins, and a three-step CPU run whose folder the service's reader loads
+and reads exactly as the trained module does."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from safetensors.numpy import load_file
+
+from samelang.core.models.base_model import ensure_base_model
+from samelang.core.models.reader import ExtractiveReader, Span, best_spans, read_reader_config
+from samelang.service.registry import REPO_MODELS
+from samelang.training.data import dev_articles
+from samelang.training.reader import calibrate, windows
+from samelang.training.reader_data import ReadingExample, build_reading_examples, dev_questions
+
+
+def test_window_labels_cover_the_answer_and_windows_without_it_are_no_answer(base_model_path):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(base_model_path))
+    context = " ".join(f"Sentence number {i} is here." for i in range(40)) + " The answer is Zanzibar city."
+    start = context.index("Zanzibar city")
+    ex = ReadingExample("Where is the answer?", context, (("Zanzibar city", start),), "en", "test")
+    rows = windows(tok, [ex], max_length=64, stride=16)
+    assert len(rows) > 3  # a long passage is read in overlapping windows
+    labelled = [r for r in rows if r["start"]]
+    assert len(labelled) >= 1 and all(r["start"] == r["end"] == 0 for r in rows if r not in labelled)
+    for r in labelled:
+        span = tok.decode(r["input_ids"][r["start"] : r["end"] + 1])
+        assert span.strip() == "Zanzibar city"
+    none = windows(tok, [ReadingExample("Where?", "A short passage.", (), "en", "neg")], 64, 16)
+    assert [(r["start"], r["end"]) for r in none] == [(0, 0)]
+
+
+def test_best_span_is_inside_the_passage_and_measured_against_no_answer():
+    start = np.array([5.0, 0.0, 9.0, 1.0, 0.0])
+    end = np.array([5.0, 0.0, 0.0, 8.0, 0.0])
+    offsets = [None, None, (0, 4), (5, 9), (10, 12)]  # the first two tokens are the question's
+    margin, s, e = best_spans(start, end, offsets, max_answer_tokens=30)
+    assert (margin, s, e) == (9.0 + 8.0 - 10.0, 0, 9)
+    assert best_spans(start, end, offsets, max_answer_tokens=1)[1:] == (0, 4)  # one token at most: [2, 2]
+
+
+def test_calibration_picks_the_margin_that_maximises_mean_f1():
+    # answerable: margins 5 (F1 100), 1 (F1 0: a wrong span); unanswerable: margins 2, -1
+    t, f1 = calibrate([5.0, 1.0], [2.0, -1.0], [100.0, 0.0])
+    assert 2.0 < t <= 5.0 and f1 == pytest.approx(75.0)  # answer the first, abstain on the other three
+    t, f1 = calibrate([None], [None], [0.0])  # nothing to answer with: abstaining is all there is
+    assert f1 == pytest.approx(50.0) and np.isfinite(t)
+    t, f1 = calibrate([3.0], [4.0], [0.0])  # every answer is wrong: a threshold above every margin
+    assert t > 4.0 and np.isfinite(t) and f1 == pytest.approx(50.0)
+
+
+def test_reading_examples_keep_the_dev_articles_out_and_add_no_answer_passages():
+    dev = dev_articles(3)
+    ex = build_reading_examples(None, ("en",), dev, negatives=0.5, seed=0)
+    rows = dev_questions(("en",), dev, per_lang=5, distractors=2)
+    # fewer where the article's other paragraphs hold the answer too ('Islam' in an article on Islamism)
+    assert len(rows) == 5 and all(len(o) <= 2 for _, o in rows) and sum(len(o) == 2 for _, o in rows) >= 3
+    for q, others in rows:  # a distractor never holds the answer
+        assert all(q.context not in others and not any(t in o for t, _ in q.answers) for o in others)
+    dev_q = {q.question for q, _ in dev_questions(("en",), dev)}
+    assert dev_q and not dev_q & {e.question for e in ex}
+    negatives = [e for e in ex if not e.answers]
+    assert 0.3 < len(negatives) / (len(ex) - len(negatives)) < 0.7
+    for e in ex:
+        if e.answers:
+            text, start = e.answers[0]
+            assert e.context[start : start + len(text)] == text
+        else:
+            assert e.source.endswith(":negative")
+
+
+def test_windows_that_cannot_hold_a_passage_are_refused():
+    from samelang.core.models.reader import check_windows
+    from samelang.training.reader import ReaderArgs
+
+    check_windows(384, 128)
+    with pytest.raises(ValueError, match="stride 128 must be below"):
+        check_windows(128, 128)
+    with pytest.raises(ValueError, match="stride"):
+        ReaderArgs(out="x", max_length=96, stride=80)
+
+
+def test_training_writes_a_calibrated_adapter_that_the_service_reader_loads(tiny_reader, samelang_home):
+    w = load_file(tiny_reader / "adapter_model.safetensors")
+    assert any("qa_outputs" in k for k in w) and max(abs(v).max() for k, v in w.items() if "lora_B" in k) > 0
+    cfg = read_reader_config(tiny_reader)
+    assert np.isfinite(cfg["threshold"]) and set(cfg["f1"]) == {"en", "zh"} and cfg["questions"] == 6
+    assert (cfg["max_length"], cfg["stride"], cfg["passages"]) == (96, 32, 2)
+    manifest = json.loads((tiny_reader / "samelang_manifest.json").read_text())
+    assert manifest["kind"] == "extractive-reader-lora-adapter"
+    card = (tiny_reader / "README.md").read_text()
+    assert "samelang train reader" in card and "--max-steps 3" in card and "calibrated threshold" in card
+    assert not (tiny_reader / "checkpoints").exists()
+
+    reader = ExtractiveReader(tiny_reader, home=samelang_home)
+    assert reader.threshold == cfg["threshold"] and (reader.max_length, reader.stride) == (96, 32)  # as calibrated
+    passages = ["Denver beat Carolina 24-10 in Super Bowl 50.", "The game was played in Santa Clara, California."]
+    spans = reader.spans("Where was the game played?", passages)
+    assert len(spans) == 2 and spans[0].score >= spans[1].score
+    for s in spans:
+        assert passages[s.passage][s.start : s.end].strip() == s.text and s.text
+    # the loaded model is the trained one: the same logits as the adapter applied by peft itself
+    from peft import PeftModel
+    from transformers import AutoModelForQuestionAnswering
+
+    model, tok = reader._model
+    base = AutoModelForQuestionAnswering.from_pretrained(str(ensure_base_model(samelang_home)))
+    ref = PeftModel.from_pretrained(base, str(tiny_reader)).eval()
+    batch = tok(["Where?"], [passages[1]], return_tensors="pt")
+    with torch.inference_mode():
+        a, b = model(**batch).start_logits, ref(**batch).start_logits
+    assert torch.allclose(a, b, atol=1e-4)
+    forced = ExtractiveReader(tiny_reader, home=samelang_home, threshold=1e9)
+    assert forced.read("Where was the game played?", passages) is None  # below the threshold: no answer
+    best = ExtractiveReader(tiny_reader, home=samelang_home, threshold=-1e9).read("Where?", passages)
+    assert isinstance(best, Span) and best.text
+    with pytest.raises(ValueError, match="finite"):
+        ExtractiveReader(tiny_reader, home=samelang_home, threshold=float("inf"))
+    with pytest.raises(ValueError, match="no extractive reader"):  # a folder of another kind is refused
+        ExtractiveReader(REPO_MODELS / "lamar-e5-small-v3", home=samelang_home)
