@@ -115,6 +115,19 @@ def autocast(device: torch.device, precision: str):
     return torch.autocast(device.type, dtype=torch.bfloat16)
 
 
+def start(args) -> tuple[int, int, int, torch.device]:
+    """Every trainer's first step: (rank, world size, local rank, device), every seed set."""
+    rank, world, local_rank = dist()
+    device = device_for(args.device, local_rank)
+    seed_all(args.seed)
+    return rank, world, local_rank, device
+
+
+def langs_of(text: str) -> tuple[str, ...]:
+    """``--langs``' comma-separated codes."""
+    return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
 def cached_array(path: Path, compute) -> np.ndarray:
     """``np.load(path)`` when it exists, else ``compute()`` saved atomically to ``path`` (``.npy``):
     the disk cache of teacher scores and of evaluation scores."""
@@ -289,6 +302,35 @@ def timing_line(training_args: dict) -> str:
         else ""
     )
     return f"{t['train_seconds']:.0f} s{rate}{where}{est}"
+
+
+def with_lora(model, args, head_modules: list[str]):
+    """``model`` with LoRA adapters on :data:`LORA_TARGETS` (``args``' rank, alpha, dropout) and the
+    new ``head_modules`` trained in full and saved with the adapter (both cross-encoder trainers)."""
+    from peft import LoraConfig, get_peft_model  # deferred: keeps peft out of start-up
+
+    cfg = LoraConfig(
+        r=args.lora_r, lora_alpha=args.lora_alpha, lora_dropout=args.lora_dropout,
+        target_modules=LORA_TARGETS, modules_to_save=head_modules, bias="none",
+    )  # fmt: skip
+    return get_peft_model(model, cfg)
+
+
+def save_model(out: Path, model, tokenizer, base: str) -> tuple[Path, bool, tuple[str, ...]]:
+    """Save ``model`` into a fresh ``out/model.tmp`` (moved over ``out`` by :func:`replace_contents`
+    once its run files are written): the adapter with its config finished, or the full weights with
+    the tokenizer. Returns (that folder, whether it is an adapter, the files its checksum covers)."""
+    out.mkdir(parents=True, exist_ok=True)
+    final = out / "model.tmp"
+    shutil.rmtree(final, ignore_errors=True)
+    final.mkdir()
+    for cfg in getattr(model, "peft_config", {}).values():
+        cfg.base_model_name_or_path = base  # a real path while saving; the card's name is written after
+    model.save_pretrained(final)
+    if folder.is_adapter(final):
+        return final, True, finish_adapter_config(final)
+    tokenizer.save_pretrained(final)
+    return final, False, ("model.safetensors",)
 
 
 def finish_adapter_config(final: Path) -> tuple[str, ...]:

@@ -81,15 +81,8 @@ class ReaderModule(torch.nn.Module):
         )
         if args.layers:
             keep_layers(model, args.layers)
-        if not args.full:
-            from peft import LoraConfig, get_peft_model  # deferred: keeps peft out of start-up
-
-            cfg = LoraConfig(
-                r=args.lora_r, lora_alpha=args.lora_alpha, lora_dropout=args.lora_dropout,
-                target_modules=loop.LORA_TARGETS, modules_to_save=HEAD_MODULES, bias="none",
-            )  # fmt: skip
-            model = get_peft_model(model, cfg)
-        self.model, self.base = model, base
+        self.model = model if args.full else loop.with_lora(model, args, HEAD_MODULES)
+        self.base = base
 
     def forward(self, batch: dict) -> dict[str, torch.Tensor]:
         device = next(self.model.parameters()).device
@@ -187,11 +180,8 @@ def dev_report(reader: ExtractiveReader, langs: tuple[str, ...], dev: tuple[int,
 
 
 def train_reader(args: ReaderArgs, log=print) -> Path:
-    rank, world, local_rank = loop.dist()
-    device = loop.device_for(args.device, local_rank)
-    loop.seed_all(args.seed)
-    home = args.home
-    langs = tuple(x.strip() for x in args.langs.split(",") if x.strip())
+    rank, world, local_rank, device = loop.start(args)
+    home, langs = args.home, loop.langs_of(args.langs)
     dev = dev_articles(args.dev_n_articles)
     views = args.training_views() if args.corpus else None
     examples = build_reading_examples(views, langs, dev, args.negatives, args.seed)
@@ -231,19 +221,7 @@ def train_reader(args: ReaderArgs, log=print) -> Path:
 def _save_final(args: ReaderArgs, module: ReaderModule, history, seconds: float, n: int, n_windows: int, world: int,
                 langs, dev, log=print) -> None:  # fmt: skip
     """Write the model folder atomically, then calibrate its threshold on the dev articles."""
-    args.out.mkdir(parents=True, exist_ok=True)
-    final = args.out / "model.tmp"
-    shutil.rmtree(final, ignore_errors=True)
-    final.mkdir()
-    for cfg in getattr(module.model, "peft_config", {}).values():
-        cfg.base_model_name_or_path = module.base
-    module.model.save_pretrained(final)
-    adapter = folder.is_adapter(final)
-    if adapter:
-        weights = loop.finish_adapter_config(final)
-    else:
-        module.tokenizer.save_pretrained(final)
-        weights = ("model.safetensors",)
+    final, adapter, weights = loop.save_model(args.out, module.model, module.tokenizer, module.base)
     kind = "extractive-reader-lora-adapter" if adapter else "extractive-reader"
     counts = {"n_instances": n, "n_windows": n_windows, "steps": len(history)}
     training_args = loop.write_run_files(final, args, module.base, history, seconds, world, counts, kind, weights)

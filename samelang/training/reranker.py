@@ -146,13 +146,7 @@ class RerankerModule(torch.nn.Module):
 
             model = PeftModel.from_pretrained(model, init, is_trainable=True)
         elif not args.full:
-            from peft import LoraConfig, get_peft_model  # deferred: keeps peft out of start-up
-
-            cfg = LoraConfig(
-                r=args.lora_r, lora_alpha=args.lora_alpha, lora_dropout=args.lora_dropout,
-                target_modules=loop.LORA_TARGETS, modules_to_save=HEAD_MODULES, bias="none",
-            )  # fmt: skip
-            model = get_peft_model(model, cfg)
+            model = loop.with_lora(model, args, HEAD_MODULES)
         self.model = model
         self.max_length = args.max_length
         self.base = base
@@ -258,11 +252,8 @@ def stage_data(args: RerankerArgs, home: Path, dev: tuple[int, ...], langs: tupl
 
 
 def train_reranker(args: RerankerArgs, log=print) -> Path:
-    rank, world, local_rank = loop.dist()
-    device = loop.device_for(args.device, local_rank)
-    loop.seed_all(args.seed)
-    home = args.home
-    langs = tuple(x.strip() for x in args.langs.split(",") if x.strip())
+    rank, world, local_rank, device = loop.start(args)
+    home, langs = args.home, loop.langs_of(args.langs)
     dev = dev_articles(args.dev_n_articles)
     data, targets = stage_data(args, home, dev, langs, device, log)
     steps_per_epoch = max(1, len(data) // (args.batch_size * world))
@@ -308,19 +299,7 @@ def train_reranker(args: RerankerArgs, log=print) -> Path:
 
 def _save_final(args: RerankerArgs, module: RerankerModule, history, seconds: float, n: int, world: int) -> None:
     """Write the model folder atomically (everything but checkpoints/ is replaced)."""
-    args.out.mkdir(parents=True, exist_ok=True)
-    final = args.out / "model.tmp"
-    shutil.rmtree(final, ignore_errors=True)
-    final.mkdir()
-    for cfg in getattr(module.model, "peft_config", {}).values():
-        cfg.base_model_name_or_path = module.base  # a real path while saving; the card's name is written below
-    module.model.save_pretrained(final)
-    adapter = folder.is_adapter(final)
-    if adapter:
-        weights = loop.finish_adapter_config(final)
-    else:
-        module.tokenizer.save_pretrained(final)
-        weights = ("model.safetensors",)
+    final, adapter, weights = loop.save_model(args.out, module.model, module.tokenizer, module.base)
     kind = "cross-encoder-lora-adapter" if adapter else "cross-encoder"
     training_args = loop.write_run_files(
         final, args, module.base, history, seconds, world, {"n_instances": n, "steps": len(history)}, kind, weights
