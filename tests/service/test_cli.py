@@ -18,6 +18,7 @@ import pytest
 
 from samelang.bench.http_load import ServerProcess, free_port
 from samelang.corpora import load_xquad
+from samelang.service.registry import default_reader
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -62,6 +63,7 @@ def test_serve_runs_the_shipped_defaults(served, base_model_path):
         "rerank_k": card["rerank_k"] if reranks else None,
         "rerank_fusion": card.get("rerank_fusion", 0.0) if reranks else None,
         "candidates": card["candidates"],
+        "reader": default_reader(None).name if default_reader(None) else None,  # the shipped reader, when trained
         "reranks_by_default": reranks,
     }
     assert info["encoder"]["name"] == retriever and info["index"]["source"] == "xquad:en:all"
@@ -90,7 +92,7 @@ def test_the_server_answers_from_onnx_without_torch_and_reports_its_memory(serve
     assert served.post("/search", json={"query": "Who founded the Normans?", "k": 3}).status_code == 200
     memory = served.get("/info").json()["memory"]
     assert memory["torch_imported"] is False, memory
-    assert set(memory["load_rss_mb"]) == {"encoder", "index", "reranker", "generator", "language_id"}
+    assert set(memory["load_rss_mb"]) == {"encoder", "index", "reranker", "reader", "generator", "language_id"}
     assert memory["process_rss_mb"] > 0 and memory["process_peak_rss_mb"] >= memory["before_load_rss_mb"] > 0
     assert all(isinstance(v, (int, float)) for v in memory["load_rss_mb"].values()), memory
 

@@ -134,7 +134,7 @@ def test_info_names_the_served_components(client12):
     info = client12.get("/info").json()
     measured = info["defaults"].pop("measured")
     assert info["defaults"] == {"retriever": "multilingual-e5-small", "lexical_weight": None, "reranker": None,
-                                "rerank_k": None, "rerank_fusion": None, "candidates": "groups",
+                                "rerank_k": None, "rerank_fusion": None, "candidates": "groups", "reader": None,
                                 "reranks_by_default": False}  # fmt: skip
     # what models/serving.json says of the shipped default, whatever this app serves
     served = json.loads((Path(__file__).resolve().parents[2] / "models" / "serving.json").read_text())

@@ -30,15 +30,17 @@ def test_shipped_cards_reproduce_their_training_args():
     from samelang.core.options import parse_options
     from samelang.training.biencoder import BiencoderArgs
     from samelang.training.loop import OPERATIONAL
+    from samelang.training.reader import ReaderArgs
     from samelang.training.reranker import RerankerArgs
 
     models = Path(__file__).resolve().parents[2] / "models"
     trained = sorted(p.parent for p in models.glob("*/training_args.json"))
     assert {"e5-small-aligned", "lamar-e5-small", "lamar-e5-small-v3-relevance"} <= {p.name for p in trained}
+    trainers = {"biencoder": BiencoderArgs, "reranker": RerankerArgs, "reader": ReaderArgs}
     for folder in trained:
-        cls = RerankerArgs if "stage" in json.loads((folder / "training_args.json").read_text()) else BiencoderArgs
         card = (folder / "README.md").read_text()
         command = card.split("```bash\n")[1].split("```")[0].strip().splitlines()[-1]
+        cls = trainers[shlex.split(command)[2]]  # samelang train <trainer> ...
         parsed = parse_options(cls, shlex.split(command)[3:]).saved()
         saved = json.loads((folder / "training_args.json").read_text())
         # an option added after the model was trained must default to what training did then
