@@ -66,7 +66,8 @@ def load_components(cfg: ServiceSettings) -> Components:
             else CosineReranker(encoder)
         )
     with ledger.measure("reader"):
-        reader = load_reader(cfg, device)
+        defaults = cfg.pipeline_defaults()
+        reader = load_reader(cfg, device, defaults.answer_mode)
     with ledger.measure("generator"):
         if cfg.generator == "llamacpp":
             gguf = cfg.generator_model or registry.default_generator_path(cfg.home)
@@ -85,7 +86,7 @@ def load_components(cfg: ServiceSettings) -> Components:
     limits = Limits.of(cfg)
     pipeline = Pipeline(
         encoder, index, reranker, generator, langid, limits, SearchParams(cfg.ef_search, cfg.nprobe),
-        cfg.pipeline_defaults(), reader=reader,
+        defaults, reader=reader,
     )  # fmt: skip
     if pipeline.defaults.lexical_weight and pipeline.lexical is None:
         log.warning(
@@ -100,7 +101,7 @@ def load_components(cfg: ServiceSettings) -> Components:
     return Components(pipeline, info)
 
 
-def load_reader(cfg: ServiceSettings, device: str) -> ExtractiveReader | None:
+def load_reader(cfg: ServiceSettings, device: str, answer_mode: str) -> ExtractiveReader | None:
     """The extractive reader ``cfg`` names (or the shipped one), loaded now when ``/answer`` answers
     extractively by default, else on its first extractive request; ``None`` without one."""
     path = registry.default_reader(cfg.reader, cfg.home)
@@ -110,7 +111,7 @@ def load_reader(cfg: ServiceSettings, device: str) -> ExtractiveReader | None:
                              "`samelang train reader`)")  # fmt: skip
         return None
     reader = ExtractiveReader(path, device=device, home=cfg.home, max_length=cfg.reader_max_length)
-    return reader.load() if cfg.pipeline_defaults().answer_mode == EXTRACTIVE else reader
+    return reader.load() if answer_mode == EXTRACTIVE else reader
 
 
 def reader_info(reader: ExtractiveReader | None) -> dict | None:
