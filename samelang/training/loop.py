@@ -26,7 +26,7 @@ from samelang.indexes.atomic import atomic_dir, atomic_write_bytes
 # the modules LoRA adapts in both trainers (every linear layer of the BERT encoder)
 LORA_TARGETS = ["query", "key", "value", "attention.output.dense", "intermediate.dense", "output.dense"]
 # options that change how a run is carried out, not the model it produces: left out of reproduce commands
-OPERATIONAL = ("resume", "device", "eval_every", "save_every", "home", "corpora")
+OPERATIONAL = ("resume", "device", "eval_every", "save_every", "home", "corpora", "calibrate_only")
 
 
 class TrainerArgs(BaseSettings):

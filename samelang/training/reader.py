@@ -34,7 +34,13 @@ from samelang.core.models import folder
 from samelang.core.models.base_model import ensure_base_model
 from samelang.core.models.loading import keep_layers
 from samelang.core.models.model_card import ModelCardData, render_model_card
-from samelang.core.models.reader import ExtractiveReader, check_windows, span_features, write_reader_config
+from samelang.core.models.reader import (
+    ExtractiveReader,
+    check_windows,
+    read_reader_config,
+    span_features,
+    write_reader_config,
+)
 from samelang.corpora import XQUAD_LANGS
 from samelang.training import loop
 from samelang.training.corpus import CorpusTrainingOptions
@@ -59,6 +65,17 @@ class ReaderArgs(loop.TrainerArgs, CorpusTrainingOptions):
     max_length: int = Field(384, ge=32, le=512, description="Tokens per window (question + passage).")
     batch_size: int = Field(16, ge=1, description="Windows per step and process.")
     lr: float = Field(3e-4, gt=0, description="Peak learning rate (AdamW).")
+    unanswerable_share: float = Field(
+        0.1, gt=0, lt=1,
+        description="Calibration: the share of /answer's reads whose passages hold no answer that the threshold is "
+        "chosen for (dev questions over their gold paragraph weigh 1 - share, over paragraphs that do not answer "
+        "them share)",
+    )  # fmt: skip
+    calibrate_only: bool = Field(
+        False,
+        description="Train nothing: calibrate the threshold of the reader in --out again and rewrite reader.json and "
+        "its card",
+    )  # fmt: skip
 
     @model_validator(mode="after")
     def _windows(self) -> ReaderArgs:
@@ -126,11 +143,17 @@ def collate(rows: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
 # ----------------------------------------------------------------------------- calibration
 
 
-def calibrate(answered: list[float | None], unanswered: list[float | None], f1: list[float]) -> tuple[float, float]:
-    """The threshold on the best span's margin that maximises mean F1 over answerable questions
-    (``answered``: their best margin, ``f1``: their best span's F1) and unanswerable ones (their best
-    margin: any answer scores 0, no answer 100). Candidates: every margin seen, and one above them all
-    (abstain always); ties go to the lowest. Returns (threshold, mean F1 there)."""
+def calibrate(
+    answered: list[float | None], unanswered: list[float | None], f1: list[float], share: float = 0.1
+) -> tuple[float, float]:
+    """The threshold on the best span's margin that maximises the expected F1 of a read:
+    ``(1 - share) * mean F1 over answerable reads + share * mean over unanswerable ones``
+    (``answered``: their best margin, ``f1``: their best span's F1; ``unanswered``: the best margin
+    over passages that do not answer; there any answer scores 0, no answer 100). ``share``: how
+    often ``/answer``'s passages hold no answer. Why not the two sets' own sizes (about one to one):
+    that made abstaining worth as much as answering, and the reader then left a quarter of the
+    test questions it read on their gold paragraph unanswered. Candidates: every margin seen, and
+    one above them all (abstain always); ties go to the lowest. Returns (threshold, score there)."""
     a = np.array([-np.inf if m is None else m for m in answered], float)
     u = np.array([-np.inf if m is None else m for m in unanswered], float)
     f = np.asarray(f1, float)
@@ -138,14 +161,16 @@ def calibrate(answered: list[float | None], unanswered: list[float | None], f1: 
     candidates = np.unique(np.concatenate([finite, [finite.max() + 1.0 if finite.size else 0.0]]))
     best = (0.0, -1.0)
     for t in candidates:
-        score = (np.sum(np.where(a >= t, f, 0.0)) + 100.0 * np.sum(u < t)) / max(1, len(a) + len(u))
+        hit = np.mean(np.where(a >= t, f, 0.0)) if a.size else 0.0
+        abstain = 100.0 * np.mean(u < t) if u.size else 0.0
+        score = (1 - share) * hit + share * abstain if u.size else hit
         if score > best[1]:
             best = (float(t), float(score))
     return best
 
 
 def dev_report(reader: ExtractiveReader, langs: tuple[str, ...], dev: tuple[int, ...], per_lang: int,
-               passages: int = 2) -> dict:  # fmt: skip
+               passages: int = 2, share: float = 0.1) -> dict:  # fmt: skip
     """Calibrate ``reader``'s threshold on the dev questions as ``/answer`` reads (``passages`` at a
     time): each question over its gold paragraph and ``passages - 1`` others of its article
     (answerable; the gold first, as the retriever mostly ranks it), and over ``passages`` others
@@ -159,7 +184,7 @@ def dev_report(reader: ExtractiveReader, langs: tuple[str, ...], dev: tuple[int,
     f1 = [answer_f1(b[0].text if b else None, g, ex.lang) for b, g, (ex, _) in zip(best, golds, rows)]
     asked = [n for n in neg if n is not None]
     threshold, mean = calibrate([b[0].score if b else None for b in best], [n[0].score if n else None for n in asked],
-                                f1)  # fmt: skip
+                                f1, share)  # fmt: skip
     per: dict[str, dict] = {}
     for b, g, (ex, _) in zip(best, golds, rows):
         text = b[0].text if b and b[0].score >= threshold else None
@@ -168,7 +193,7 @@ def dev_report(reader: ExtractiveReader, langs: tuple[str, ...], dev: tuple[int,
         d["em"].append(exact_match(text, g, ex.lang))
     abstained = [not n or n[0].score < threshold for n in asked]
     return {
-        "threshold": threshold, "calibrated_mean_f1": mean, "passages": passages,
+        "threshold": threshold, "calibrated_mean_f1": mean, "passages": passages, "unanswerable_share": share,
         "f1": {x: float(np.mean(v["f1"])) for x, v in per.items()},
         "em": {x: float(np.mean(v["em"])) for x, v in per.items()},
         "no_answer_accuracy": 100 * float(np.mean(abstained)) if abstained else None,
@@ -183,6 +208,8 @@ def train_reader(args: ReaderArgs, log=print) -> Path:
     rank, world, local_rank, device = loop.start(args)
     home, langs = args.home, loop.langs_of(args.langs)
     dev = dev_articles(args.dev_n_articles)
+    if args.calibrate_only:
+        return recalibrate(args, langs, dev, log)
     views = args.training_views() if args.corpus else None
     examples = build_reading_examples(views, langs, dev, args.negatives, args.seed)
     module = ReaderModule(args, home).to(device)
@@ -227,11 +254,32 @@ def _save_final(args: ReaderArgs, module: ReaderModule, history, seconds: float,
     training_args = loop.write_run_files(final, args, module.base, history, seconds, world, counts, kind, weights)
     reader = ExtractiveReader(final, device=str(next(module.parameters()).device), home=args.home,
                               max_length=args.max_length, stride=args.stride)  # fmt: skip
-    report = dev_report(reader, langs, dev, args.dev_per_lang) if dev else {"threshold": 0.0}
-    log(f"dev: threshold {report['threshold']:.2f}, F1 {report.get('f1')}")
+    report = calibrated(reader, args, langs, dev, log)
     write_reader_config(final, {"max_length": args.max_length, "stride": args.stride, **report})
     loop.replace_contents(final, args.out)
     folder.write_card(args.out, model_card(args, training_args, report))
+
+
+def calibrated(reader: ExtractiveReader, args: ReaderArgs, langs, dev, log=print) -> dict:
+    report = dev_report(reader, langs, dev, args.dev_per_lang, share=args.unanswerable_share) if dev else {}
+    report = report or {"threshold": 0.0}
+    log(f"dev: threshold {report['threshold']:.2f}, F1 {report.get('f1')}")
+    return report
+
+
+def recalibrate(args: ReaderArgs, langs, dev, log=print) -> Path:
+    """``--calibrate-only``: the threshold of the reader in ``args.out`` chosen again (at its own
+    windows), reader.json and the card's calibration rewritten; the weights are not touched."""
+    saved = read_reader_config(args.out)
+    reader = ExtractiveReader(args.out, home=args.home, threshold=0.0)
+    report = calibrated(reader, args, langs, dev, log)
+    write_reader_config(args.out, {"max_length": reader.max_length, "stride": reader.stride, **report})
+    training_args = folder.read_training_args(args.out) or {}
+    trained = ReaderArgs(**{**{k: v for k, v in training_args.items() if k in ReaderArgs.model_fields},
+                            "out": args.out, "unanswerable_share": args.unanswerable_share})  # fmt: skip
+    folder.write_card(args.out, model_card(trained, training_args, report))
+    log(f"recalibrated {args.out}: threshold {saved.get('threshold')} -> {report['threshold']:.2f}")
+    return args.out
 
 
 def reproduce_command(args: ReaderArgs) -> str:
@@ -249,8 +297,9 @@ def dev_table(report: dict) -> str:
     abstain = report.get("no_answer_accuracy")
     abstain = f"{abstain:.1f}%" if abstain is not None else "none asked"
     return (f"Dev articles (held out of training), {report['questions']} questions, each read as `/answer` reads "
-            f"({report['passages']} passages: the gold paragraph and another of its article), at the calibrated "
-            f"threshold {report['threshold']:.2f}; no-answer accuracy on {report['unanswerable']} questions over "
+            f"({report['passages']} passages: the gold paragraph and another of its article), at the threshold "
+            f"{report['threshold']:.2f}, calibrated for {report.get('unanswerable_share', 0.5):.0%} of reads without "
+            "an answer; no-answer accuracy on {report['unanswerable']} questions over "
             f"{report['passages']} paragraphs that do not answer them: {abstain}.\n\n" + "\n".join(lines))  # fmt: skip
 
 
@@ -269,7 +318,10 @@ def model_card(args: ReaderArgs, training_args: dict, report: dict) -> str:
             trained=f"Trained for {training_args.get('steps', '?')} steps x {args.batch_size} windows "
             f"({training_args['n_instances']} examples, {training_args['n_windows']} windows) in "
             f"{loop.timing_line(training_args)} (world size {training_args['world_size']}, "
-            f"torch {training_args['torch']}).\n\n" + dev_table(report),
+            f"torch {training_args['torch']})."
+            + (f" {training_args['note']}" if training_args.get("note") else "")
+            + "\n\n"
+            + dev_table(report),
             eval_command="samelang eval answer --card",
             footer="Data: XQuAD (CC-BY-SA 4.0) and the corpus sources' own licences (docs/data.md). Base model: MIT.",
         )
