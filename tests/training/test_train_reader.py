@@ -46,13 +46,20 @@ def test_best_span_is_inside_the_passage_and_measured_against_no_answer():
     assert best_spans(start, end, offsets, max_answer_tokens=1)[1:] == (0, 4)  # one token at most: [2, 2]
 
 
-def test_calibration_picks_the_margin_that_maximises_mean_f1():
+def test_calibration_picks_the_margin_that_maximises_expected_f1():
     # answerable: margins 5 (F1 100), 1 (F1 0: a wrong span); unanswerable: margins 2, -1
-    t, f1 = calibrate([5.0, 1.0], [2.0, -1.0], [100.0, 0.0])
+    t, f1 = calibrate([5.0, 1.0], [2.0, -1.0], [100.0, 0.0], share=0.5)
     assert 2.0 < t <= 5.0 and f1 == pytest.approx(75.0)  # answer the first, abstain on the other three
-    t, f1 = calibrate([None], [None], [0.0])  # nothing to answer with: abstaining is all there is
+    t, f1 = calibrate([5.0, 1.0], [2.0, -1.0], [100.0, 0.0])  # reads without an answer are 10% by default
+    assert 2.0 < t <= 5.0 and f1 == pytest.approx(0.9 * 50 + 0.1 * 100)
+    # the share decides: two right answers, the second with a margin below an unanswerable read's
+    t, _ = calibrate([5.0, 1.0], [2.0], [100.0, 100.0], share=0.5)
+    assert t > 2.0  # abstaining weighs as much as answering: the second answer is given up
+    t, f1 = calibrate([5.0, 1.0], [2.0], [100.0, 100.0], share=0.1)
+    assert t <= 1.0 and f1 == pytest.approx(90.0)  # both answered, the rare unanswerable read answered too
+    t, f1 = calibrate([None], [None], [0.0], share=0.5)  # nothing to answer with: abstaining is all there is
     assert f1 == pytest.approx(50.0) and np.isfinite(t)
-    t, f1 = calibrate([3.0], [4.0], [0.0])  # every answer is wrong: a threshold above every margin
+    t, f1 = calibrate([3.0], [4.0], [0.0], share=0.5)  # every answer is wrong: a threshold above every margin
     assert t > 4.0 and np.isfinite(t) and f1 == pytest.approx(50.0)
 
 
@@ -96,7 +103,11 @@ def test_training_writes_a_calibrated_adapter_that_the_service_reader_loads(tiny
     manifest = json.loads((tiny_reader / "samelang_manifest.json").read_text())
     assert manifest["kind"] == "extractive-reader-lora-adapter"
     card = (tiny_reader / "README.md").read_text()
-    assert "samelang train reader" in card and "--max-steps 3" in card and "calibrated threshold" in card
+    assert (
+        "samelang train reader" in card
+        and "--max-steps 3" in card
+        and "calibrated for 10% of reads without an answer" in card
+    )
     assert not (tiny_reader / "checkpoints").exists()
 
     reader = ExtractiveReader(tiny_reader, home=samelang_home)
