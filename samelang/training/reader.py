@@ -261,7 +261,8 @@ def _save_final(args: ReaderArgs, module: ReaderModule, history, seconds: float,
 
 
 def calibrated(reader: ExtractiveReader, args: ReaderArgs, langs, dev, log=print) -> dict:
-    report = dev_report(reader, langs, dev, args.dev_per_lang, share=args.unanswerable_share) if dev else {}
+    """The dev report at the threshold chosen for ``--unanswerable-share`` (threshold 0 without dev articles)."""
+    report = dev_report(reader, langs, dev, args.dev_per_lang, share=args.unanswerable_share) if dev else None
     report = report or {"threshold": 0.0}
     log(f"dev: threshold {report['threshold']:.2f}, F1 {report.get('f1')}")
     return report
@@ -299,7 +300,7 @@ def dev_table(report: dict) -> str:
     return (f"Dev articles (held out of training), {report['questions']} questions, each read as `/answer` reads "
             f"({report['passages']} passages: the gold paragraph and another of its article), at the threshold "
             f"{report['threshold']:.2f}, calibrated for {report.get('unanswerable_share', 0.5):.0%} of reads without "
-            "an answer; no-answer accuracy on {report['unanswerable']} questions over "
+            f"an answer; no-answer accuracy on {report['unanswerable']} questions over "
             f"{report['passages']} paragraphs that do not answer them: {abstain}.\n\n" + "\n".join(lines))  # fmt: skip
 
 

@@ -193,11 +193,9 @@ class AnswerEvaluation:
 
     def gold_in(self, k: int, lang: str) -> list[str]:
         """The gold answers of the judge's question ``k`` as XQuAD gives them in ``lang`` (the parallel
-        question); in the question's own language when ``lang`` is not one of XQuAD's (a generated
-        answer's detected language can be any)."""
-        q = self.judge.queries[k]
-        text = self.parallel.get((lang, int(self.judge.position[k])))
-        return self.golds[(lang, text)] if text is not None else self.golds[(q.lang, q.query)]
+        question; :func:`score` asks only in XQuAD's languages, a generated answer detected in another
+        being scored in the question's own)."""
+        return self.golds[(lang, self.parallel[(lang, int(self.judge.position[k]))])]
 
     def run(self) -> dict:
         results = {"gold paragraph (reader alone)": self.upper_bound()}
