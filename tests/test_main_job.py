@@ -39,9 +39,11 @@ def readme_response(stdout: str) -> dict:
 
 
 @contextmanager
-def serving(args: list[str], env: dict, cwd: Path | None = None) -> Iterator[subprocess.Popen]:
+def serving(
+    args: list[str], env: dict, cwd: Path | None = None, python: str = sys.executable
+) -> Iterator[subprocess.Popen]:
     """``samelang ARGS`` (a serve on port 8000) running until the block ends, once ``/ready`` answers."""
-    proc = subprocess.Popen([sys.executable, "-m", "samelang", *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([python, "-m", "samelang", *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)  # fmt: skip
     try:
         deadline = time.time() + 900
