@@ -121,7 +121,7 @@ def build_tiny(kind: str, out: Path, seed: int = 0) -> Path:
 
 def _sentence_transformer(kind: str, hf: Path, out: Path) -> None:
     from sentence_transformers import SentenceTransformer
-    from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
+    from sentence_transformers.models import Normalize, Pooling, Transformer
 
     pooling = "cls" if kind == "xlmr-cls" else "mean"
     prompts = {"query": "query: ", "passage": "passage: "} if kind == "xlmr-mean" else {}

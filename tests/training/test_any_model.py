@@ -119,3 +119,20 @@ def test_a_reranker_of_any_architecture_trains_both_stages_and_serves(
         with torch.no_grad():
             want = torch.sigmoid(module.eval()([QUERY] * 3, DOCS)).numpy()
         np.testing.assert_allclose([served[i] for i in range(3)], want, atol=2e-4)
+
+
+@pytest.mark.slow
+def test_the_shipped_gemma_trains_as_a_yes_no_reranker_and_serves(tiny_models, tmp_path, samelang_home):
+    """The real Gemma 3 270M (the generator's weights as a Hugging Face folder) through a few steps of
+    both LAMAR stages with LoRA, then ``/rerank``; scripts/experiments/gemma_reranker.py measures it."""
+    from samelang.core.models.gemma_checkpoint import prepare_generator_hf
+
+    base = prepare_generator_hf(samelang_home)
+    folder = trained_reranker(base, tmp_path / "lamar", False, samelang_home)
+    index = small_index(tiny_models["xlmr-mean"], tmp_path / "index", samelang_home)
+    app, components = serve(samelang_home, tiny_models["xlmr-mean"], index, folder)
+    assert components.pipeline.reranker.engine.meta["score"] == "yes-no"
+    with running(app) as url:
+        out = ask_everything(url, "xlmr-mean")
+    components.pipeline.index.close()
+    assert sorted(x["index"] for x in out["rerank"]["results"]) == [0, 1, 2]

@@ -98,10 +98,12 @@ def pool(hidden, attention_mask, mode: str):
 def embed_meta(st_model, name: str) -> dict:
     """What the engine must know of a ``SentenceTransformer`` besides its transformer: dimension,
     pooling, prompts, window. Raises ``ValueError`` naming a pooling it does not implement."""
-    from sentence_transformers.sentence_transformer.modules import Pooling  # deferred: torch only when loading
+    from sentence_transformers.models import Pooling  # deferred: torch only when loading (5.x and 6.x path)
 
     pooling = next((m for m in st_model if isinstance(m, Pooling)), None)
-    mode = pooling.pooling_mode if pooling is not None else "mean"
+    mode = "mean"
+    if pooling is not None:  # sentence-transformers 6 names the mode, 5 keeps one flag per mode
+        mode = getattr(pooling, "pooling_mode", None) or pooling.get_pooling_mode_str()
     if mode not in POOLING_MODES:
         raise ValueError(f"{name}: pooling {mode!r} is not one this engine runs ({', '.join(POOLING_MODES)})")
     if pooling is not None and not getattr(pooling, "include_prompt", True):
