@@ -7,15 +7,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
-import subprocess
-import sys
-import time
 
 import httpx
 import pytest
 
 from samelang.core.models import hub
+from tests.service.conftest import free_port
+from tests.test_main_job import serving
 from tests.tiny_models import into_hub_cache
 
 
@@ -77,37 +75,16 @@ def test_custom_code_needs_trust(tiny_models, tmp_path, samelang_home):
     hub.check_remote_code(folder, trust_remote_code=True)  # trusted: let through
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_serve_finds_a_hub_id_in_the_cache_offline(tiny_models, tmp_path, samelang_home):
     """The acceptance: ``samelang serve --model org/tiny`` with ``HF_HUB_OFFLINE=1`` serves ``/search``."""
     cache = tmp_path / "hf-cache"
     into_hub_cache(tiny_models["xlmr-mean"], cache, "org/tiny")
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1", "SAMELANG_HOME": str(samelang_home)}
     args = ["serve", "--model", "org/tiny", "--reranker", "cosine", "--generator", "none", "--port", str(port)]
-    proc = subprocess.Popen([sys.executable, "-m", "samelang", *args], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)  # fmt: skip
-    try:
-        deadline = time.time() + 300
-        while True:
-            assert proc.poll() is None, proc.stdout.read()[-3000:]
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/ready", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.time() < deadline, "server not ready in 5 minutes"
-            time.sleep(1)
+    with serving(args, env, port=port):
         r = httpx.post(f"http://127.0.0.1:{port}/search", json={"query": "Where is the river?", "k": 3}, timeout=60)
         assert r.status_code == 200, r.text
         assert len(r.json()["hits"]) == 3
         info = httpx.get(f"http://127.0.0.1:{port}/info", timeout=10).json()
         assert "models--org--tiny" in json.dumps(info)
-    finally:
-        os.killpg(proc.pid, 15)
-        proc.wait(timeout=60)
