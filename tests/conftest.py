@@ -66,6 +66,17 @@ def tiny_reader(tmp_path_factory, base_model_path, samelang_home) -> Path:
     return train_reader(args, log=lambda *a: None)
 
 
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory) -> dict[str, Path]:
+    """Kind -> folder of a tiny random-weight stand-in of each architecture users bring
+    (:mod:`tests.tiny_models`: XLM-R mean and CLS, BERT, XLM-R sequence classification, Qwen3 and
+    Gemma 3 causal LMs), built from configs, no download."""
+    from tests.tiny_models import KINDS, build_tiny
+
+    root = tmp_path_factory.mktemp("tiny-models")
+    return {kind: build_tiny(kind, root / kind) for kind in KINDS}
+
+
 # ----------------------------------------------------------------------------- a corpus store of small files
 
 

@@ -39,16 +39,18 @@ def readme_response(stdout: str) -> dict:
 
 
 @contextmanager
-def serving(args: list[str], env: dict, cwd: Path | None = None) -> Iterator[subprocess.Popen]:
-    """``samelang ARGS`` (a serve on port 8000) running until the block ends, once ``/ready`` answers."""
-    proc = subprocess.Popen([sys.executable, "-m", "samelang", *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
+def serving(
+    args: list[str], env: dict, cwd: Path | None = None, python: str = sys.executable, port: int = 8000
+) -> Iterator[subprocess.Popen]:
+    """``samelang ARGS`` (a serve on ``port``) running until the block ends, once ``/ready`` answers."""
+    proc = subprocess.Popen([python, "-m", "samelang", *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)  # fmt: skip
     try:
         deadline = time.time() + 900
         while True:
             assert proc.poll() is None, proc.stdout.read()[-3000:]
             try:
-                if httpx.get("http://127.0.0.1:8000/ready", timeout=2).status_code == 200:
+                if httpx.get(f"http://127.0.0.1:{port}/ready", timeout=2).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass

@@ -24,7 +24,24 @@ def default_home() -> Path:
     return Path.home() / ".cache" / "samelang"
 
 
-class Settings(BaseSettings):
+class HubOptions(BaseSettings):
+    """How a model named by a Hugging Face hub id is fetched and run (:mod:`samelang.core.models.hub`);
+    shared by the serving commands and the trainers, one variable each."""
+
+    revision: str | None = Field(
+        None,
+        validation_alias="SAMELANG_REVISION",
+        description="revision (branch, tag or commit) of every Hugging Face hub id named without its own "
+        "(org/name@revision)",
+    )
+    trust_remote_code: bool = Field(
+        False, validation_alias="SAMELANG_TRUST_REMOTE_CODE",
+        description="run a hub checkpoint's own code (config.json's auto_map, e.g. the jina models); "
+        "without it such a checkpoint is refused, not loaded as a stock class",
+    )  # fmt: skip
+
+
+class Settings(HubOptions):
     """Process-wide configuration (``SAMELANG_<FIELD>`` in the environment)."""
 
     # an empty variable (compose passes `SAMELANG_INDEX=` through) means "not set", not an empty path
@@ -70,7 +87,7 @@ class Settings(BaseSettings):
     def engine_options(self) -> EngineOptions:
         return EngineOptions(
             self.precision, self.backend, self.max_batch_tokens, threads=self.threads,
-            parallel_batches=self.parallel_batches,
+            parallel_batches=self.parallel_batches, trust_remote_code=self.trust_remote_code,
         )  # fmt: skip
 
 

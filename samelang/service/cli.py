@@ -86,12 +86,11 @@ index_app = typer.Typer(help="Build and inspect multilingual FAISS indexes.", no
 
 def _encoder(cfg: IndexOptions):
     from samelang.service.registry import (  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
-        default_biencoder,
+        chosen_biencoder,
         open_encoder,
     )
 
-    model = cfg.model or default_biencoder(cfg.home)
-    return open_encoder(model, device=cfg.torch_device(), home=cfg.home, options=cfg.engine_options())
+    return open_encoder(chosen_biencoder(cfg), device=cfg.torch_device(), home=cfg.home, options=cfg.engine_options())
 
 
 @index_app.command("build")
@@ -231,7 +230,7 @@ def ready_to_serve(cfg: ServiceSettings) -> bool:
 
     # deferred: keeps faiss, numpy and the models out of the CLI's start-up
     from samelang.service.registry import (
-        default_biencoder,
+        chosen_biencoder,
         default_index_path,
         default_reranker,
         demo_index_ready,  # deferred: keeps faiss out of the CLI's start-up
@@ -241,10 +240,10 @@ def ready_to_serve(cfg: ServiceSettings) -> bool:
     if not base_model_ready(cfg.home):
         return False  # converting it is the child's work (default_biencoder below would convert it here)
     device, options, cache = cfg.torch_device(), cfg.engine_options(), cache_dir(cfg.home)
-    for part in model_parts(cfg.model or default_biencoder(cfg.home), cfg.home):
+    for part in model_parts(chosen_biencoder(cfg), cfg.home):
         if export_pending(options, device, part, cache, "embed"):
             return False
-    reranker = default_reranker(cfg.reranker, cfg.home)
+    reranker = default_reranker(cfg.reranker, cfg.home, cfg.revision)
     if reranker is not None and export_pending(options, device, reranker, cache, "score"):
         return False
     if cfg.generator == "llamacpp" and cfg.generator_model is None and not generator_ready(cfg.home):
@@ -262,17 +261,17 @@ def prepare_serving(cfg: ServiceSettings) -> None:
         CrossEncoderReranker,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
     )
     from samelang.service.registry import (  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
-        default_biencoder,
+        chosen_biencoder,
         default_reranker,
         ensure_demo_index,
         open_encoder,
     )
 
     device, options = cfg.torch_device(), cfg.engine_options()
-    encoder = open_encoder(cfg.model or default_biencoder(cfg.home), device=device, home=cfg.home, options=options)
+    encoder = open_encoder(chosen_biencoder(cfg), device=device, home=cfg.home, options=options)
     if cfg.index is None:
         ensure_demo_index(cfg.home, cfg.demo_langs, encoder, store=cfg.store_spec())
-    reranker = default_reranker(cfg.reranker, cfg.home)
+    reranker = default_reranker(cfg.reranker, cfg.home, cfg.revision)
     if reranker is not None:
         CrossEncoderReranker(
             reranker, device=device, max_length=cfg.reranker_max_length, home=cfg.home, options=options

@@ -48,7 +48,7 @@ def load_components(cfg: ServiceSettings) -> Components:
     ledger = LoadLedger()
     options = cfg.engine_options()
     with ledger.measure("encoder"):
-        model = cfg.model or registry.default_biencoder(cfg.home)
+        model = registry.chosen_biencoder(cfg)
         encoder = registry.open_encoder(model, device=device, home=cfg.home, options=options)
     with ledger.measure("index"):
         set_search_threads(cfg.search_threads)  # why 1: see Settings.search_threads
@@ -56,7 +56,7 @@ def load_components(cfg: ServiceSettings) -> Components:
         index: OpenIndex = open_index(path, encoder.info, use_gpu=cfg.use_gpu_index, uri=cfg.milvus_uri)
         if getattr(index, "lexical", None) is not None:
             encoder.analyzer  # noqa: B018  (built here, so that its cost is the index's, not a first request's)
-    reranker_path = registry.default_reranker(cfg.reranker, cfg.home)
+    reranker_path = registry.default_reranker(cfg.reranker, cfg.home, cfg.revision)
     with ledger.measure("reranker"):
         reranker = (
             CrossEncoderReranker(
@@ -67,6 +67,9 @@ def load_components(cfg: ServiceSettings) -> Components:
         )
     with ledger.measure("reader"):
         defaults = cfg.pipeline_defaults()
+        for role, name in cfg.unmeasured_models().items():
+            log.warning("--%s %s: models/serving.json was measured on other models; serving neutral defaults for "
+                        "it (%s)", role, name, _neutral_words(role))  # fmt: skip
         reader = load_reader(cfg, device, defaults.answer_mode)
     with ledger.measure("generator"):
         if cfg.generator == "llamacpp":
@@ -99,6 +102,12 @@ def load_components(cfg: ServiceSettings) -> Components:
         "memory": {"before_load_rss_mb": start_rss, **ledger.report()},
     }
     return Components(pipeline, info)
+
+
+def _neutral_words(role: str) -> str:
+    if role == "model":
+        return "dense retrieval without BM25, group-aware candidates, no reranker unless --reranker names one"
+    return "the reranker's scores alone over the first 20 candidates"
 
 
 def load_reader(cfg: ServiceSettings, device: str, answer_mode: str) -> ExtractiveReader | None:
@@ -180,6 +189,8 @@ def describe(pipeline: Pipeline, cfg: ServiceSettings) -> dict:
             "reranks_by_default": pipeline.defaults.rerank,
             **({"fusion": fusion_parts(enc)} if getattr(enc, "fusion", None) else {}),
             "measured": measured_defaults(),
+            # models named by flag that the measured defaults were not measured on: neutral defaults for them
+            "not_measured_on": cfg.unmeasured_models(),
         },
         "micro_batching": {
             "enabled": cfg.micro_batching,

@@ -233,20 +233,40 @@ class ServiceSettings(Limits, StoreOptions):
     )
     detect_langs: str = Field(",".join(DEFAULT_DETECT_LANGS), description="candidate languages for detection")
 
+    def unmeasured_models(self) -> dict[str, str]:
+        """``{"model" | "reranker": name}`` for each model named here that ``models/serving.json``'s
+        defaults were not measured on (what ``/info`` and the start-up log say)."""
+        from samelang.service.registry import is_measured_model, served_defaults  # deferred: keeps faiss out
+
+        measured, out = served_defaults(), {}
+        if self.model is not None and not is_measured_model(self.model, measured.retriever, self.home):
+            out["model"] = str(self.model)
+        if (
+            self.reranker
+            and self.reranker.lower() != "cosine"
+            and not is_measured_model(self.reranker, measured.reranker, self.home)
+        ):
+            out["reranker"] = self.reranker
+        return out
+
     def pipeline_defaults(self) -> Defaults:
         """The request defaults: flags and variables over the measured ``models/serving.json``."""
-        from samelang.service.registry import served_defaults  # deferred: keeps faiss out of start-up
+        from samelang.service.registry import ServedDefaults, served_defaults  # deferred: keeps faiss out of start-up
 
-        measured = served_defaults()
+        measured, foreign = served_defaults(), self.unmeasured_models()
+        # the measured row belongs to the models it was measured on: another bi-encoder gets the neutral
+        # row (dense only, no reranker unless named, the reranker alone), another reranker its neutral k
+        row = ServedDefaults() if "model" in foreign else measured
         rerank = self.rerank
         if rerank is None:
-            rerank = True if self.reranker else measured.rerank
-        group = measured.candidates == "groups" if self.group_candidates is None else self.group_candidates
-        lexical = measured.lexical_weight if self.lexical_weight is None else self.lexical_weight
+            rerank = True if self.reranker else row.rerank
+        group = row.candidates == "groups" if self.group_candidates is None else self.group_candidates
+        lexical = row.lexical_weight if self.lexical_weight is None else self.lexical_weight
         # the measured weight was chosen for the measured reranker: an explicit --reranker is served alone
         fusion = self.rerank_fusion
         if fusion is None:
-            fusion = 0.0 if self.reranker else measured.rerank_fusion
+            fusion = 0.0 if self.reranker else row.rerank_fusion
+        rerank_k = self.rerank_k or (ServedDefaults().rerank_k if foreign else row.rerank_k)
         mode = self.answer_mode
         if mode is None:
             from samelang.service.registry import default_reader  # deferred: keeps faiss out of start-up
@@ -254,6 +274,6 @@ class ServiceSettings(Limits, StoreOptions):
             measured_mode = self.generator != "openai" and default_reader(self.reader, self.home) is not None
             mode = measured.answer_mode if measured_mode else "generative"
         return Defaults(
-            rerank=rerank, rerank_k=self.rerank_k or measured.rerank_k, group_candidates=group, lexical_weight=lexical,
+            rerank=rerank, rerank_k=rerank_k, group_candidates=group, lexical_weight=lexical,
             rerank_fusion=fusion, answer_mode=mode,
         )  # fmt: skip

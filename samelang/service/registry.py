@@ -7,11 +7,12 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from samelang.core.models.base_model import ensure_base_model
+from samelang.core.models.base_model import base_model_dir, ensure_base_model
 from samelang.core.models.encoder import Encoder
 from samelang.core.models.folder import adapter_saved_modules, is_adapter, model_fingerprint, read_manifest
 from samelang.core.models.fused import FusedEncoder, FusionConfig, fused_fingerprint, is_fused_folder, joined_tag
 from samelang.core.models.gemma_checkpoint import generator_gguf
+from samelang.core.models.hub import is_hub_id, locate
 from samelang.core.models.onnx_export import precision_variant
 from samelang.core.models.precision import resolve
 from samelang.core.paths import REPO_MODELS
@@ -69,13 +70,37 @@ def _answer_mode(value, path) -> str:
     return value
 
 
-def resolve_model(name: str, home: Path) -> Path:
-    """``base`` -> the converted base model; another name -> ``models/<name>``; a path -> itself."""
+def resolve_model(name: str | Path, home: Path, revision: str | None = None) -> Path:
+    """``base`` -> the converted base model; another name -> ``models/<name>``; a path -> itself; a
+    Hugging Face hub id (``org/name[@revision]``, no such folder) -> its snapshot in the hub cache
+    (:mod:`samelang.core.models.hub`)."""
+    name = str(name)
     if name == BASE:
         return ensure_base_model(home)
     if (REPO_MODELS / name).is_dir():
         return REPO_MODELS / name
+    if is_hub_id(name):
+        return locate(name, "model", "pass a model folder or a hub id in the cache", revision=revision)
     return Path(name)
+
+
+def is_measured_model(named: str | Path, measured: str, home: Path) -> bool:
+    """Whether ``named`` (a flag's model: a ``models/`` name, a folder or a hub id) is the model the
+    measured defaults name (``measured``: a ``models/`` name or ``base``); no weights are read."""
+    if measured in ("none", COSINE):
+        return False
+    target = base_model_dir(home) if measured == BASE else REPO_MODELS / measured
+    text = str(named)
+    if text == measured:
+        return True
+    path = REPO_MODELS / text if (REPO_MODELS / text).is_dir() else Path(text)
+    return path.exists() and path.resolve() == target.resolve()
+
+
+def chosen_biencoder(cfg) -> Path:
+    """The bi-encoder a command's settings name (``--model``: a folder, a ``models/`` name or a hub
+    id), else the served one."""
+    return resolve_model(cfg.model, cfg.home, cfg.revision) if cfg.model else default_biencoder(cfg.home)
 
 
 def open_encoder(path: str | Path, device: str = "cpu", *, home: Path, options=None):
@@ -116,12 +141,14 @@ def default_biencoder(home: Path) -> Path:
     return resolve_model(served_defaults().retriever, home)
 
 
-def default_reranker(choice: str | Path | None, home: Path | None = None) -> Path | None:
+def default_reranker(choice: str | Path | None, home: Path | None = None, revision: str | None = None) -> Path | None:
     """The cross-encoder that ``/rerank`` (and reranking, when on) uses: ``choice`` when it names a
-    folder, ``None`` (bi-encoder cosine) for ``cosine``; unset: the measured defaults' cross-encoder,
-    else ``None``."""
+    folder or a hub id, ``None`` (bi-encoder cosine) for ``cosine``; unset: the measured defaults'
+    cross-encoder, else ``None``."""
     if choice is not None and str(choice) != "":
-        return None if str(choice).lower() == COSINE else Path(choice)
+        if str(choice).lower() == COSINE:
+            return None
+        return resolve_model(choice, home, revision) if home is not None else Path(choice)
     name = served_defaults().reranker
     if name in ("none", COSINE):
         return None
@@ -189,7 +216,7 @@ def demo_index_path(home: Path, langs: str, fingerprint: str, variant: str = "fp
 def default_index_path(cfg) -> Path:
     """The demo index of the served encoder at the precision it runs here (cheap: no weights read)."""
 
-    model = Path(cfg.model or default_biencoder(cfg.home))
+    model = chosen_biencoder(cfg)
     parts = model_parts(model, cfg.home)
     variants = [precision_variant(resolve(cfg.engine_options(), cfg.torch_device(), p).precision) for p in parts]
     variant = joined_tag(variants)

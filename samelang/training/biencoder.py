@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 from samelang.core import metrics as M
 from samelang.core import options
 from samelang.core.models import folder
-from samelang.core.models.base_model import PASSAGE_PREFIX, QUERY_PREFIX, ensure_base_model
+from samelang.core.models.heads import pool, read_st_config
 from samelang.core.models.model_card import ModelCardData, render_model_card
 from samelang.corpora import load_xquad
 from samelang.corpora.views import Views
@@ -34,6 +34,8 @@ from samelang.training.corpus import CorpusTrainingOptions
 from samelang.training.data import TARGET_LANGS, build_align_pairs, build_triplets, dev_articles, group_unique_batches
 from samelang.training.loop import OPERATIONAL
 from samelang.training.losses import InfoNCELoss, JSDLoss
+
+QUERY, PASSAGE = "query", "passage"  # the roles whose prompts the base's config names
 
 
 class BiencoderArgs(loop.TrainerArgs, CorpusTrainingOptions):
@@ -76,37 +78,39 @@ class BiencoderArgs(loop.TrainerArgs, CorpusTrainingOptions):
 
 
 class BiEncoderModule(torch.nn.Module):
-    """Tokeniser + transformer + mean pooling: the pooled embedding ``z`` (not normalised)."""
+    """Tokeniser + transformer + the base's own pooling and prompts (its sentence-transformers config,
+    :func:`~samelang.core.models.heads.read_st_config`: what serving reads, so training sees the inputs
+    serving will): the pooled embedding ``z`` (not normalised)."""
 
     def __init__(self, base: str, args: BiencoderArgs):
         super().__init__()
         from transformers import AutoModel, AutoTokenizer  # deferred: keeps transformers out of start-up
 
-        self.tokenizer = AutoTokenizer.from_pretrained(base)
+        self.tokenizer = AutoTokenizer.from_pretrained(base, trust_remote_code=args.trust_remote_code)
+        st = read_st_config(base)
+        self.pooling, self.prompts = st["pooling"], {QUERY: st["query_prompt"], PASSAGE: st["passage_prompt"]}
         # the encoder's own dropout is off: on CPU it costs 3-4x in the forward pass (attention
         # falls back from SDPA to the math kernel), and LoRA brings its own dropout
-        model = AutoModel.from_pretrained(
-            base, add_pooling_layer=False, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0
-        )
+        model = AutoModel.from_pretrained(base, **loop.no_dropout(base), trust_remote_code=args.trust_remote_code)
         if not args.full:
             from peft import LoraConfig, get_peft_model  # deferred: keeps peft out of start-up
 
             cfg = LoraConfig(
                 r=args.lora_r, lora_alpha=args.lora_alpha, lora_dropout=args.lora_dropout,
-                target_modules=loop.LORA_TARGETS, bias="none",
+                target_modules=loop.lora_targets(model), bias="none",
             )  # fmt: skip
             model = get_peft_model(model, cfg)
         self.model = model
         self.max_length = args.max_length
 
-    def forward(self, texts: list[str], prefix: str) -> torch.Tensor:
+    def forward(self, texts: list[str], role: str) -> torch.Tensor:
+        """Pooled states of ``texts`` as a query (``QUERY``), a passage (``PASSAGE``) or bare (``""``)."""
         device = next(self.model.parameters()).device
+        prompt = self.prompts.get(role, "")
         batch = self.tokenizer(
-            [prefix + t for t in texts], padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
+            [prompt + t for t in texts], padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
         ).to(device)
-        hidden = self.model(**batch).last_hidden_state
-        mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-        return (hidden * mask).sum(1) / mask.sum(1).clamp_min(1.0)
+        return pool(self.model(**batch).last_hidden_state, batch["attention_mask"], self.pooling)
 
 
 def compute_loss(
@@ -132,23 +136,23 @@ def compute_loss(
     q_en = [t.q_en for t in batch]
     p_en = [t.p_en for t in batch]
     p_tgt = [t.p_tgt for t in batch]
-    z_t = module(p_tgt, PASSAGE_PREFIX)
+    z_t = module(p_tgt, PASSAGE)
     parts: dict[str, torch.Tensor] = {}
     if loss in ("jsd+nce", "jsd", "nce-psg") or target_queries:
-        z_en = module(p_en, PASSAGE_PREFIX)
+        z_en = module(p_en, PASSAGE)
     if loss in ("jsd+nce", "jsd"):
         parts["jsd"] = jsd(z_en, z_t)
     if loss in ("jsd+nce", "nce"):
-        parts["nce"] = nce(z_t, module(q_en, QUERY_PREFIX))
+        parts["nce"] = nce(z_t, module(q_en, QUERY))
     if loss == "nce-psg":
         parts["nce_psg"] = nce(z_t, z_en)
     if target_queries:
-        z_qt = module([t.q_tgt for t in batch], QUERY_PREFIX)
+        z_qt = module([t.q_tgt for t in batch], QUERY)
         cand_t = z_t
         if hard_negatives:
             in_batch = {t.group for t in batch}
             negs = [t.p_neg for t in batch if t.p_neg and t.neg_group not in in_batch]
-            cand_t = torch.cat([z_t, module(negs, PASSAGE_PREFIX)]) if negs else z_t
+            cand_t = torch.cat([z_t, module(negs, PASSAGE)]) if negs else z_t
         parts["nce_qt"] = nce(z_qt, cand_t)
         parts["nce_qt_en"] = nce(z_qt, z_en)
     if align:
@@ -185,17 +189,15 @@ def corpus_loss(module, batch: dict[str, list], jsd: JSDLoss, nce: InfoNCELoss) 
         rows = batch["qa"]
         golds = {r.positive for r in rows}
         negs = list(dict.fromkeys(r.negatives[0] for r in rows if r.negatives and r.negatives[0] not in golds))
-        cand = module([r.positive for r in rows] + negs, PASSAGE_PREFIX)
-        parts["nce_qa"] = nce(module([r.query for r in rows], QUERY_PREFIX), cand)
+        cand = module([r.positive for r in rows] + negs, PASSAGE)
+        parts["nce_qa"] = nce(module([r.query for r in rows], QUERY), cand)
     if len(batch["ict"]) > 1:
         ict = batch["ict"]
-        parts["nce_ict"] = nce(
-            module([q.query for q in ict], QUERY_PREFIX), module([q.positive for q in ict], PASSAGE_PREFIX)
-        )
+        parts["nce_ict"] = nce(module([q.query for q in ict], QUERY), module([q.positive for q in ict], PASSAGE))
     if batch["parallel"]:
         par = batch["parallel"]
-        z_en = module([p.text("en") for p, _ in par], PASSAGE_PREFIX)
-        parts["jsd_par"] = jsd(z_en, module([p.text(lang) for p, lang in par], PASSAGE_PREFIX))
+        z_en = module([p.text("en") for p, _ in par], PASSAGE)
+        parts["jsd_par"] = jsd(z_en, module([p.text(lang) for p, lang in par], PASSAGE))
     return parts
 
 
@@ -212,14 +214,14 @@ def dev_eval(module, device, langs: list[str], articles: tuple[int, ...]) -> dic
     def emb(texts, prefix):
         return F.normalize(module(texts, prefix).float(), dim=-1).cpu().numpy()
 
-    p_en = emb([en.paragraphs[i].text for i in keep], PASSAGE_PREFIX)
+    p_en = emb([en.paragraphs[i].text for i in keep], PASSAGE)
     for lang in langs:
         x = load_xquad([lang], split="train")
-        p_t = emb([x.paragraphs[i].text for i in keep], PASSAGE_PREFIX)
+        p_t = emb([x.paragraphs[i].text for i in keep], PASSAGE)
         pool = np.concatenate([p_en, p_t])
         for qset, qlang in ((en, "en"), (x, lang)):
             qs = [q for q in qset.questions if q.article in articles]
-            S = emb([q.text for q in qs], QUERY_PREFIX) @ pool.T
+            S = emb([q.text for q in qs], QUERY) @ pool.T
             R = np.zeros_like(S)
             for i, q in enumerate(qs):
                 R[i, col[q.group]] = R[i, len(keep) + col[q.group]] = 1
@@ -233,7 +235,7 @@ def train_biencoder(args: BiencoderArgs, log=print) -> Path:
     rank, world, local_rank = loop.dist()
     device = loop.device_for(args.device, local_rank)
     loop.seed_all(args.seed)
-    base = args.base or str(ensure_base_model(args.home))
+    base = loop.resolve_base(args.base, args)
     dev = dev_articles(args.dev_n_articles)
     triplets = build_triplets(args.langs, "train", args.seed, args.per_lang or None, exclude_articles=dev)
     align = build_align_pairs(args.langs, args.seed, args.tatoeba_per_lang) if args.tatoeba_per_lang else []
@@ -297,10 +299,13 @@ def _save_final(args: BiencoderArgs, module, base: str, history, seconds: float,
         weights = ("model.safetensors",)
     else:
         module.model.save_pretrained(final)
-        weights = loop.finish_adapter_config(final)
+        weights = loop.finish_adapter_config(final, base, args.base)
+    loop.write_st_config(final, base, module.model.config.hidden_size)
     kind = "lora-adapter" if not args.full else "full"
     counts = {"n_triplets": n_triplets, "steps": len(history)}
-    training_args = loop.write_run_files(final, args, base, history, seconds, world, counts, kind, weights)
+    training_args = loop.write_run_files(
+        final, args, base, history, seconds, world, counts, kind, weights, named=args.base
+    )
     loop.replace_contents(final, args.out)
     folder.write_card(args.out, model_card(args, training_args, None))
 

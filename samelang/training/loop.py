@@ -16,11 +16,14 @@ from typing import Literal
 import numpy as np
 import torch
 from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
 from samelang.core.models import folder
+from samelang.core.models.base_model import BASE_MODEL_NAME, ensure_base_model
+from samelang.core.models.hub import check_remote_code, locate
+from samelang.core.models.loading import base_record
 from samelang.core.models.precision import cpu_has_bf16, cpu_summary
-from samelang.core.settings import default_home
+from samelang.core.settings import HubOptions, default_home
 from samelang.indexes.atomic import atomic_dir, atomic_write_bytes
 
 # the modules LoRA adapts in both trainers (every linear layer of the BERT encoder)
@@ -29,7 +32,7 @@ LORA_TARGETS = ["query", "key", "value", "attention.output.dense", "intermediate
 OPERATIONAL = ("resume", "device", "eval_every", "save_every", "home", "corpora", "calibrate_only")
 
 
-class TrainerArgs(BaseSettings):
+class TrainerArgs(HubOptions):
     """The options every trainer shares (each trainer's class adds its own).
 
     Declared once here: ``samelang train ...`` derives its flags, the ``SAMELANG_TRAIN_*``
@@ -259,16 +262,18 @@ def run_timing(history: list, seconds: float) -> dict:
 
 def write_run_files(
     final: Path, args, base: str, history: list, seconds: float, world: int, counts: dict, kind: str,
-    weights: tuple[str, ...],
+    weights: tuple[str, ...], named: str | None = None,
 ) -> dict:  # fmt: skip
     """The run record (the arguments, the resolved base, counts, timing), the step history and the
-    manifest (checksums: what the service's model fingerprint reads) in ``final``; the file names
-    are the model folder's (:mod:`samelang.core.models.folder`)."""
+    manifest (checksums: what the service's model fingerprint reads; the base it was trained on,
+    ``named`` as the user named it: :func:`~samelang.core.models.loading.base_record`) in ``final``;
+    the file names are the model folder's (:mod:`samelang.core.models.folder`)."""
 
     base_manifest = folder.read_manifest(base) or {}
+    record = base_record(named, Path(base))
     training_args = {
         **args.saved(),
-        "base_resolved": base_manifest.get("upstream", base),
+        "base_resolved": base_manifest.get("upstream", record["base"]),
         **counts,
         "world_size": world,
         **run_timing(history, seconds),
@@ -280,8 +285,7 @@ def write_run_files(
     manifest = {
         "name": args.out.name,
         "kind": kind,
-        "base": "multilingual-e5-small",
-        "source_sha256": base_manifest.get("source_sha256"),
+        **record,
         ("adapter_sha256" if adapter else "weights_sha256"): sha256_files(final, weights),
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
@@ -305,18 +309,76 @@ def timing_line(training_args: dict) -> str:
 
 
 def with_lora(model, args, head_modules: list[str]):
-    """``model`` with LoRA adapters on :data:`LORA_TARGETS` (``args``' rank, alpha, dropout) and the
-    new ``head_modules`` trained in full and saved with the adapter (both cross-encoder trainers)."""
+    """``model`` with LoRA adapters on :func:`lora_targets` (``args``' rank, alpha, dropout) and those
+    of the new ``head_modules`` it has trained in full and saved with the adapter (the cross-encoder
+    trainers: a BERT classifier has a ``pooler``, an XLM-R one none)."""
     from peft import LoraConfig, get_peft_model  # deferred: keeps peft out of start-up
 
+    names = {n.rsplit(".", 1)[-1] for n, _ in model.named_modules()}
     cfg = LoraConfig(
         r=args.lora_r, lora_alpha=args.lora_alpha, lora_dropout=args.lora_dropout,
-        target_modules=LORA_TARGETS, modules_to_save=head_modules, bias="none",
+        target_modules=lora_targets(model), modules_to_save=[m for m in head_modules if m in names] or None,
+        bias="none",
     )  # fmt: skip
     return get_peft_model(model, cfg)
 
 
-def save_model(out: Path, model, tokenizer, base: str) -> tuple[Path, bool, tuple[str, ...]]:
+def lora_targets(model) -> list[str] | str:
+    """Every linear layer of the transformer: :data:`LORA_TARGETS` by name in a BERT-family model (the
+    shipped adapters' own), peft's ``all-linear`` (all but the output layer) in any other."""
+    kind = getattr(model.config, "model_type", "")
+    return LORA_TARGETS if kind in folder.ONNX_MODEL_TYPES else "all-linear"
+
+
+def no_dropout(base: str | Path) -> dict:
+    """``from_pretrained`` overrides that turn the encoder's dropout off (on CPU it costs 3-4x in the
+    forward pass: attention falls back from SDPA to the math kernel; LoRA brings its own): every float
+    ``*dropout*`` field of the base's config, and no BERT pooler (unused by a bi-encoder)."""
+    config = json.loads((Path(base) / folder.CONFIG).read_text())
+    out = {k: 0.0 for k, v in config.items() if "dropout" in k and isinstance(v, float)}
+    if config.get("model_type") in folder.ONNX_MODEL_TYPES:
+        out["add_pooling_layer"] = False
+    return out
+
+
+def resolve_base(named: str | None, args) -> str:
+    """The base a trainer starts from: ``named`` (a folder or hub id, at ``--revision``), else the
+    converted multilingual-e5-small."""
+    if not named:
+        return str(ensure_base_model(args.home))
+    where = locate(named, "base model", "pass a model folder or a hub id in the cache", revision=args.revision)
+    check_remote_code(where, args.trust_remote_code)
+    return str(where)
+
+
+def write_st_config(final: Path, base: str | Path, dim: int) -> None:
+    """A complete sentence-transformers configuration in a trained bi-encoder folder: the base's own
+    (pooling, normalisation, prompts), or for a plain transformers base the one sentence-transformers
+    would give it (mean pooling, normalised, no prompts)."""
+    base = Path(base)
+    modules = base / folder.ST_MODULES
+    if modules.exists():
+        for entry in json.loads(modules.read_text()):
+            if entry.get("path"):
+                shutil.copytree(base / entry["path"], final / entry["path"], dirs_exist_ok=True)
+        for name in (folder.ST_MODULES, "config_sentence_transformers.json", "sentence_bert_config.json"):
+            if (base / name).exists():
+                shutil.copy2(base / name, final / name)
+        return
+    st = "sentence_transformers.models"
+    (final / folder.ST_MODULES).write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": f"{st}.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": f"{st}.Pooling"},
+        {"idx": 2, "name": "2", "path": "2_Normalize", "type": f"{st}.Normalize"},
+    ], indent=2))  # fmt: skip
+    (final / "1_Pooling").mkdir(exist_ok=True)
+    (final / "1_Pooling" / "config.json").write_text(
+        json.dumps({"word_embedding_dimension": dim, "pooling_mode_mean_tokens": True}, indent=2)
+    )
+    (final / "2_Normalize").mkdir(exist_ok=True)
+
+
+def save_model(out: Path, model, tokenizer, base: str, named: str | None = None) -> tuple[Path, bool, tuple[str, ...]]:
     """Save ``model`` into a fresh ``out/model.tmp`` (moved over ``out`` by :func:`replace_contents`
     once its run files are written): the adapter with its config finished, or the full weights with
     the tokenizer. Returns (that folder, whether it is an adapter, the files its checksum covers)."""
@@ -328,18 +390,20 @@ def save_model(out: Path, model, tokenizer, base: str) -> tuple[Path, bool, tupl
         cfg.base_model_name_or_path = base  # a real path while saving; the card's name is written after
     model.save_pretrained(final)
     if folder.is_adapter(final):
-        return final, True, finish_adapter_config(final)
+        return final, True, finish_adapter_config(final, base, named)
     tokenizer.save_pretrained(final)
     return final, False, ("model.safetensors",)
 
 
-def finish_adapter_config(final: Path) -> tuple[str, ...]:
+def finish_adapter_config(final: Path, base: str | Path, named: str | None = None) -> tuple[str, ...]:
     """Name the base in a saved adapter's config as people know it (the path was machine-local) and
     write ``target_modules`` sorted (peft keeps a set: its order, hence the checksum, varied between
     runs). Returns the files the adapter checksum covers."""
 
     cfg = folder.read_adapter_config(final)
-    cfg["base_model_name_or_path"] = "intfloat/multilingual-e5-small (converted by `samelang models prepare`)"
+    record = base_record(named, Path(base))
+    e5 = "intfloat/multilingual-e5-small (converted by `samelang models prepare`)"
+    cfg["base_model_name_or_path"] = e5 if record["base"] == BASE_MODEL_NAME else record["base"]
     if isinstance(cfg.get("target_modules"), list):
         cfg["target_modules"] = sorted(cfg["target_modules"])
     folder.write_adapter_config(final, cfg)

@@ -35,8 +35,8 @@ from tqdm.auto import tqdm
 
 from samelang.core import options
 from samelang.core.models import folder
-from samelang.core.models.base_model import ensure_base_model
-from samelang.core.models.loading import keep_layers
+from samelang.core.models.heads import causal_template, template_jinja, templated_pairs, yes_no_ids
+from samelang.core.models.loading import adapter_base, keep_layers
 from samelang.core.models.model_card import ModelCardData, render_model_card
 from samelang.corpora import XQUAD_LANGS, load_xquad
 from samelang.training import loop
@@ -121,42 +121,69 @@ def init_layers(args: RerankerArgs) -> int | None:
 
 
 class RerankerModule(torch.nn.Module):
-    """Tokeniser + sequence classifier (one logit per (query, document) pair)."""
+    """Tokeniser + scorer: one score per (query, document) pair, as serving scores it
+    (:mod:`samelang.core.models.heads`): a sequence classifier's logit, or a causal LM's
+    ``logit("yes") - logit("no")`` at the last token of the pair in its template, left-padded."""
 
     def __init__(self, args: RerankerArgs, home: Path):
         super().__init__()
-        from transformers import (  # deferred: keeps transformers out of start-up
-            AutoModelForSequenceClassification,
-            AutoTokenizer,
-        )
+        from transformers import AutoConfig, AutoTokenizer  # deferred: keeps transformers out of start-up
 
-        init = args.init or str(ensure_base_model(home))
-        base = str(ensure_base_model(home)) if folder.is_adapter(init) else init
+        init = args.init
+        if init and folder.is_adapter(init):  # a later stage: the adapter's own base
+            self.base, self.named = str(adapter_base(init, home)), (folder.read_manifest(init) or {}).get("base")
+        else:
+            self.base, self.named = loop.resolve_base(init, args), init
         self.layers = init_layers(args)
-        self.tokenizer = AutoTokenizer.from_pretrained(base)
-        # dropout off in the encoder (3-4x slower attention on CPU); LoRA has its own
-        model = AutoModelForSequenceClassification.from_pretrained(
-            base, num_labels=1, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0
-        )
+        trust = args.trust_remote_code
+        self.tokenizer = AutoTokenizer.from_pretrained(self.base, trust_remote_code=trust)
+        config = AutoConfig.from_pretrained(self.base, trust_remote_code=trust)
+        self.causal = any(str(a).endswith("ForCausalLM") for a in (config.architectures or []))
+        model = self._causal_lm(trust) if self.causal else self._classifier(trust)
         if self.layers:
             keep_layers(model, self.layers)
         torch.manual_seed(args.seed)  # the new head's initialisation is part of the run's seed
-        if folder.is_adapter(init):
+        if init and folder.is_adapter(init):
             from peft import PeftModel  # deferred: keeps peft out of start-up
 
             model = PeftModel.from_pretrained(model, init, is_trainable=True)
         elif not args.full:
-            model = loop.with_lora(model, args, HEAD_MODULES)
+            model = loop.with_lora(model, args, [] if self.causal else HEAD_MODULES)
         self.model = model
         self.max_length = args.max_length
-        self.base = base
+
+    def _classifier(self, trust: bool):
+        from transformers import AutoModelForSequenceClassification  # deferred: keeps transformers out of start-up
+
+        # dropout off in the encoder (3-4x slower attention on CPU); LoRA has its own
+        kw = {k: v for k, v in loop.no_dropout(self.base).items() if k != "add_pooling_layer"}
+        return AutoModelForSequenceClassification.from_pretrained(self.base, num_labels=1, trust_remote_code=trust,
+                                                                  **kw)  # fmt: skip
+
+    def _causal_lm(self, trust: bool):
+        from transformers import AutoModelForCausalLM  # deferred: keeps transformers out of start-up
+
+        self.yes, self.no = yes_no_ids(self.tokenizer, self.base)
+        self.template = causal_template(self.tokenizer, self.base)
+        self.tokenizer.padding_side = "left"
+        kw = {k: v for k, v in loop.no_dropout(self.base).items() if k != "add_pooling_layer"}
+        return AutoModelForCausalLM.from_pretrained(self.base, trust_remote_code=trust, **kw)
 
     def forward(self, queries: list[str], docs: list[str]) -> torch.Tensor:
         device = next(self.model.parameters()).device
-        batch = self.tokenizer(
-            queries, docs, padding=True, truncation="only_second", max_length=self.max_length, return_tensors="pt"
-        ).to(device)
-        return self.model(**batch).logits.view(-1).float()
+        if not self.causal:
+            batch = self.tokenizer(
+                queries, docs, padding=True, truncation="longest_first", max_length=self.max_length, return_tensors="pt"
+            ).to(device)
+            return self.model(**batch).logits.view(-1).float()
+
+        def encode(texts):
+            return self.tokenizer.backend_tokenizer.encode_batch(texts, add_special_tokens=False)
+
+        texts, _ = templated_pairs(list(zip(queries, docs)), self.template, encode, self.max_length)
+        batch = self.tokenizer(texts, padding=True, add_special_tokens=False, return_tensors="pt").to(device)
+        logits = self.model(**batch, logits_to_keep=1).logits[:, -1].float()
+        return logits[:, self.yes] - logits[:, self.no]
 
 
 # ----------------------------------------------------------------------------- losses per stage
@@ -299,10 +326,13 @@ def train_reranker(args: RerankerArgs, log=print) -> Path:
 
 def _save_final(args: RerankerArgs, module: RerankerModule, history, seconds: float, n: int, world: int) -> None:
     """Write the model folder atomically (everything but checkpoints/ is replaced)."""
-    final, adapter, weights = loop.save_model(args.out, module.model, module.tokenizer, module.base)
+    if module.causal:  # the template it was trained with, for serving and sentence-transformers alike
+        module.tokenizer.chat_template = template_jinja(module.template)
+    final, adapter, weights = loop.save_model(args.out, module.model, module.tokenizer, module.base, module.named)
     kind = "cross-encoder-lora-adapter" if adapter else "cross-encoder"
+    counts = {"n_instances": n, "steps": len(history)}
     training_args = loop.write_run_files(
-        final, args, module.base, history, seconds, world, {"n_instances": n, "steps": len(history)}, kind, weights
+        final, args, module.base, history, seconds, world, counts, kind, weights, named=module.named
     )
     loop.replace_contents(final, args.out)
     folder.write_card(args.out, model_card(args, training_args))

@@ -10,13 +10,13 @@ import hashlib
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from samelang.core.models import folder
 from samelang.core.models.base_model import ensure_base_model
 from samelang.core.models.encoder import Encoder
 from samelang.core.models.fused import is_fused_folder, query_moments
-from samelang.core.models.reranker import load_cross_encoder
+from samelang.core.models.precision import EngineOptions
+from samelang.core.models.reranker import CrossEncoderReranker
 from samelang.core.paths import REPO_MODELS
 from samelang.service.registry import open_encoder, served_fingerprint
 from samelang.training import loop
@@ -84,24 +84,20 @@ class FusedTeacher:
 
 
 class CrossEncoderTeacher:
-    """Any CrossEncoder checkpoint (e.g. BAAI/bge-reranker-v2-m3 on a GPU host), or a cross-encoder
-    adapter trained here (the relevance stage's: the best judge of English pairs this repository
-    has, merged onto the converted base as the service loads it): raw logits."""
+    """Any cross-encoder the service can serve, as it serves it (:class:`CrossEncoderReranker`): a
+    sequence classifier (e.g. BAAI/bge-reranker-v2-m3 on a GPU host), a causal-LM reranker scored by
+    "yes"/"no" (Qwen3-Reranker), a hub id or a folder, or an adapter trained here (the relevance
+    stage's: the best judge of English pairs this repository has): raw logits, at fp32 on a CPU and
+    bf16 on a GPU."""
 
     def __init__(self, path: str, device: str, max_length: int, home: Path):
-        from sentence_transformers import CrossEncoder  # deferred: keeps sentence_transformers out of start-up
-
-        if folder.is_adapter(path):
-            self.model = load_cross_encoder(Path(path), device=device, max_length=max_length, home=home)
-        else:
-            self.model = CrossEncoder(path, device=device, max_length=max_length, num_labels=1)
+        precision = "bf16" if device.startswith("cuda") else "fp32"
+        self.model = CrossEncoderReranker(path, device=device, max_length=max_length, home=home,
+                                          options=EngineOptions(precision=precision, backend="torch"))  # fmt: skip
 
     def __call__(self, queries: list[str], docs: list[str]) -> np.ndarray:
-        out = self.model.predict(
-            list(zip(queries, docs, strict=True)), batch_size=32, activation_fn=torch.nn.Identity(),
-            convert_to_numpy=True, show_progress_bar=True,
-        )  # fmt: skip
-        return np.asarray(out, dtype=np.float32).reshape(-1)
+        pairs = list(zip(queries, docs, strict=True))
+        return np.asarray(self.model.engine.run(pairs, progress=True, raw=True), dtype=np.float32).reshape(-1)
 
 
 def fused_teacher_path(teacher: str) -> Path | None:

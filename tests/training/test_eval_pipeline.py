@@ -144,6 +144,16 @@ def test_served_defaults_file_drives_the_service(tmp_path, monkeypatch):
     # the weight was measured for the measured reranker: another one given by flag is served alone
     assert ServiceSettings(reranker="cosine").pipeline_defaults().rerank_fusion == 0.0
     assert ServiceSettings(reranker="cosine", rerank_fusion=2).pipeline_defaults().rerank_fusion == 2.0
+    # the row belongs to the models it was measured on: another bi-encoder gets the neutral row, another
+    # reranker its neutral k, and both are named (what /info and the log say)
+    monkeypatch.delenv("SAMELANG_LEXICAL_WEIGHT")
+    other = ServiceSettings(model="org/other")
+    d = other.pipeline_defaults()
+    assert (d.rerank, d.rerank_k, d.lexical_weight, d.rerank_fusion) == (False, 20, 0.0, 0.0)
+    assert other.unmeasured_models() == {"model": "org/other"}
+    assert ServiceSettings(model="e5-small-fused", reranker="lamar-e5-small").unmeasured_models() == {}
+    d = ServiceSettings(reranker="org/reranker").pipeline_defaults()
+    assert (d.rerank, d.rerank_k, d.rerank_fusion, d.lexical_weight) == (True, 20, 0.0, 0.04)
 
 
 def test_best_row_prefers_quality_then_latency_then_simplicity():

@@ -9,7 +9,9 @@ from pathlib import Path
 import numpy as np
 
 from samelang.core.models.engine import engine_for
-from samelang.core.models.folder import model_fingerprint, require_model_folder
+from samelang.core.models.folder import model_fingerprint
+from samelang.core.models.heads import embed_meta
+from samelang.core.models.hub import locate
 from samelang.core.models.loading import load_model
 from samelang.core.models.precision import EngineOptions
 from samelang.indexes.generations import ModelInfo
@@ -18,7 +20,7 @@ from samelang.indexes.generations import ModelInfo
 __all__ = ["Encoder", "load_sentence_transformer", "model_fingerprint"]
 
 
-def load_sentence_transformer(path: Path, device: str = "cpu", *, home: Path):
+def load_sentence_transformer(path: Path, device: str = "cpu", *, home: Path, trust_remote_code: bool = False):
     """A SentenceTransformer from a full checkpoint or a LoRA adapter folder (merged onto the converted
     base model). The BERT pooler is never read here (mean pooling over token states), so the converted
     base's lack of one is expected, not a sign of an untrained model."""
@@ -26,9 +28,10 @@ def load_sentence_transformer(path: Path, device: str = "cpu", *, home: Path):
 
     return load_model(
         path,
-        lambda folder: SentenceTransformer(str(folder), device=device),
+        lambda folder: SentenceTransformer(str(folder), device=device, trust_remote_code=trust_remote_code),
         home,
         unused={"pooler": "mean pooling reads the token states"},
+        trust_remote_code=trust_remote_code,
     )
 
 
@@ -42,12 +45,10 @@ class Encoder:
     the sentence-transformers model on first use, for callers that want it (a benchmark's reference)."""
 
     def __init__(self, path: str | Path, device: str = "cpu", *, home: Path, options: EngineOptions | None = None):
-        self.path = require_model_folder(
-            path,
-            "bi-encoder",
-            "run `samelang models prepare` (base model) or `samelang train biencoder` (aligned model)",
-        )
+        fix = "run `samelang models prepare` (base model) or `samelang train biencoder` (aligned model)"
+        self.path = locate(path, "bi-encoder", fix)
         self.device, self.home = device, home
+        self.trust_remote_code = bool(options and options.trust_remote_code)
         self.name = self.path.name
         self.fingerprint = model_fingerprint(self.path)
         self.engine = engine_for(self._load, "embed", self.path, home, options, device, fingerprint=self.fingerprint)
@@ -57,23 +58,18 @@ class Encoder:
 
     def _load(self):
         """(transformer, tokenizer, meta) for the engine; a fresh model that the engine may drop."""
-        model = load_sentence_transformer(self.path, device=self.device, home=self.home)
-        pooling = getattr(model[1], "pooling_mode", "mean") if len(model) > 1 else "mean"
-        if pooling != "mean":
-            raise ValueError(f"{self.path}: the inference engine implements mean pooling, the model uses {pooling}")
-        prompts = getattr(model, "prompts", {}) or {}
-        meta = {
-            "dim": int(model.get_embedding_dimension()),
-            "query_prompt": prompts.get("query", ""),
-            "passage_prompt": prompts.get("passage", ""),
-            "max_length": int(model.max_seq_length or 512),
-        }
-        return model[0].auto_model, model.tokenizer, meta
+        model = self.model_fresh()
+        return model[0].auto_model, model.tokenizer, embed_meta(model, self.name)
+
+    def model_fresh(self):
+        """A newly loaded sentence-transformers model (the engine may drop it after export)."""
+        trust = self.trust_remote_code
+        return load_sentence_transformer(self.path, self.device, home=self.home, trust_remote_code=trust)
 
     @functools.cached_property
     def model(self):
         """The sentence-transformers model itself (loaded on first use; the engine does not need it)."""
-        return load_sentence_transformer(self.path, device=self.device, home=self.home)
+        return self.model_fresh()
 
     @property
     def precision(self) -> str:

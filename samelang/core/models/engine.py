@@ -55,6 +55,7 @@ from tqdm.auto import tqdm
 
 from samelang.core import work
 from samelang.core.models.folder import model_fingerprint
+from samelang.core.models.heads import pooled_module, templated_pairs
 from samelang.core.models.onnx_export import (
     DISABLED_ORT_OPTIMIZERS,
     MODEL_META,
@@ -64,7 +65,6 @@ from samelang.core.models.onnx_export import (
     export_onnx,
     onnx_artefact_ready,
     onnx_path,
-    pooled_module,
     precision_variant,
     tokenizer_from_file,
     with_tokens,
@@ -96,12 +96,12 @@ def token_batches(lengths: list[int], max_tokens: int, max_size: int) -> list[np
 
 
 class TorchBackend:
-    def __init__(self, model, kind: str, precision: str, device: str):
+    def __init__(self, model, kind: str, precision: str, device: str, meta: dict | None = None):
         import torch  # deferred: keeps torch out of start-up
 
         dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
         self.device = device
-        self.module = pooled_module(model, kind).to(device=device, dtype=dtype)
+        self.module = pooled_module(model, kind, meta).to(device=device, dtype=dtype)
 
     def __call__(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
         import torch  # deferred: keeps torch out of start-up
@@ -191,10 +191,14 @@ class InferenceEngine:
             module, tokenizer, meta = load()
             self.meta = with_tokens(meta, tokenizer)
             self.tokenizer = backend_tokenizer(tokenizer)
-            self.backend = TorchBackend(module, kind, self.options.precision, device)
-        self.max_length = int(max_length or self.meta["max_length"])
+            self.backend = TorchBackend(module, kind, self.options.precision, device, self.meta)
+        # never past the model's own positions: a longer --reranker-max-length is cut to them
+        self.max_length = min(int(max_length or self.meta["max_length"]), int(self.meta.get("positions") or 1 << 30))
         self.pad_id = int(self.meta["pad_id"])
-        self.tokenizer.enable_truncation(self.max_length)  # longest_first, right: transformers' default
+        self.left_padded = self.meta.get("padding_side") == "left"
+        self.template = self.meta.get("template")  # a causal-LM reranker's (prefix, middle, suffix)
+        if self.template is None:
+            self.tokenizer.enable_truncation(self.max_length)  # longest_first, right: transformers' default
 
     @property
     def precision(self) -> str:
@@ -218,10 +222,28 @@ class InferenceEngine:
             "parallel_batches": o.parallel_batches if o.backend == "onnx" else 1,
         }
 
-    def _tokenise(self, inputs: list) -> list[list[int]]:
+    def _encode_templated(self, pairs: list) -> list[tuple[list[int], bool]]:
+        """A causal-LM reranker's pairs in its template (:func:`.heads.templated_pairs`), tokenised
+        whole, as sentence-transformers renders them."""
+
+        def encode(texts):
+            return self.tokenizer.encode_batch(texts, add_special_tokens=False)
+
+        texts, cut = templated_pairs(pairs, self.template, encode, self.max_length)
+        return [(e.ids, c) for e, c in zip(encode(texts), cut)]
+
+    def _encode(self, inputs: list) -> list[tuple[list[int], bool]]:
+        """(token ids, whether the input was cut to the window) of each input."""
+        if self.template is not None:
+            return self._encode_templated(inputs)
         if self.kind == Head.SCORE:
-            return [e.ids for e in self.tokenizer.encode_batch([(str(a), str(b)) for a, b in inputs])]
-        return [e.ids for e in self.tokenizer.encode_batch([str(t) for t in inputs])]
+            enc = self.tokenizer.encode_batch([(str(a), str(b)) for a, b in inputs])
+        else:
+            enc = self.tokenizer.encode_batch([str(t) for t in inputs])
+        return [(e.ids, bool(e.overflowing)) for e in enc]
+
+    def _tokenise(self, inputs: list) -> list[list[int]]:
+        return [ids for ids, _ in self._encode(inputs)]
 
     def token_counts(self, inputs: list) -> list[int]:
         """Tokens each input is run as (special tokens counted, after truncation): the ``usage`` that
@@ -231,9 +253,7 @@ class InferenceEngine:
     def overflowing(self, inputs: list) -> list[bool]:
         """Whether each input is longer than the model's window (and so would be cut): what a route
         that promises not to cut (TEI's ``truncate: false``) refuses."""
-        pairs = self.kind == Head.SCORE
-        enc = self.tokenizer.encode_batch([(str(a), str(b)) for a, b in inputs] if pairs else [str(t) for t in inputs])
-        return [bool(e.overflowing) for e in enc]
+        return [cut for _, cut in self._encode(inputs)]
 
     def truncate_text(self, text: str, n_tokens: int) -> str:
         """``text`` cut after its first ``n_tokens`` tokens (special tokens not counted), at a
@@ -253,8 +273,9 @@ class InferenceEngine:
             input_ids = np.full((len(batch), width), self.pad_id, dtype=np.int64)
             mask = np.zeros((len(batch), width), dtype=np.int64)
             for r, i in enumerate(batch):
-                input_ids[r, : lengths[i]] = ids[i]
-                mask[r, : lengths[i]] = 1
+                at = slice(width - lengths[i], width) if self.left_padded else slice(0, lengths[i])
+                input_ids[r, at] = ids[i]
+                mask[r, at] = 1
             yield batch, input_ids, mask
 
     def run(self, inputs: list, progress: bool = False, raw: bool = False) -> np.ndarray:

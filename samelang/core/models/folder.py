@@ -53,13 +53,6 @@ def is_adapter(path: str | Path) -> bool:
     return (Path(path) / ADAPTER_CONFIG).exists()
 
 
-def require_model_folder(path: str | Path, what: str, fix: str) -> Path:
-    """``path`` as a Path if it holds a model, else FileNotFoundError naming the command that makes one."""
-    if not is_model_folder(path):
-        raise FileNotFoundError(f"no {what} checkpoint at {path}: {fix}")
-    return Path(path)
-
-
 def is_model_folder(path: str | Path) -> bool:
     """A folder :func:`load_model` can load: a transformers / sentence-transformers checkpoint or an adapter."""
     return any((Path(path) / f).exists() for f in (ST_MODULES, CONFIG, ADAPTER_CONFIG))
@@ -172,6 +165,28 @@ def _fingerprint_or_none(path: str | Path) -> str | None:
         return model_fingerprint(path)
     except (FileNotFoundError, OSError):
         return None
+
+
+ONNX_MODEL_TYPES = ("bert", "xlm-roberta", "roberta")  # what ONNX Runtime's BERT fusion (the served graph) handles
+
+
+def onnx_unfit(path: str | Path | None) -> str | None:
+    """Why the model in ``path`` does not export to the fused BERT graph of the ONNX backend (``None``:
+    it does; an adapter over the converted e5 base does)."""
+    if path is None:
+        return None
+    if is_adapter(path):  # the base it merges onto decides (an adapter over the converted e5 records none)
+        config = {"model_type": (read_manifest(path) or {}).get("base_model_type", "bert")}
+    else:
+        config = _read_json(Path(path) / CONFIG)
+    if config is None:
+        return None
+    if config.get("auto_map"):
+        return "it runs its own code"
+    kind = config.get("model_type")
+    if kind not in ONNX_MODEL_TYPES:
+        return f"its architecture ({kind}) is not BERT-family"
+    return None
 
 
 def recorded_precision(path: str | Path | None, device: str) -> str | None:

@@ -7,6 +7,7 @@ adapter needs the base model, and the base model's conversion writes a folder.""
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import warnings
@@ -14,8 +15,15 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
-from samelang.core.models.base_model import ensure_base_model
-from samelang.core.models.folder import adapter_saved_modules, is_adapter, read_adapter_config, read_manifest
+from samelang.core.models.base_model import BASE_MODEL_NAME, ensure_base_model
+from samelang.core.models.folder import (
+    adapter_saved_modules,
+    is_adapter,
+    model_fingerprint,
+    read_adapter_config,
+    read_manifest,
+)
+from samelang.core.models.hub import check_remote_code, is_hub_id, locate
 
 log = logging.getLogger("samelang")
 
@@ -94,11 +102,46 @@ def _explain(name: str, reports: list[str], covered: dict[str, str]) -> list[str
     return [f"{'+'.join(mods)} {why}" for why, mods in by_reason.items()]
 
 
+def adapter_base(path: str | Path, home: Path) -> Path:
+    """The base a LoRA adapter was trained on, as its manifest records it: the converted
+    multilingual-e5-small (the default, made under ``home``), or a folder or hub id (at the revision
+    it was trained on), checked against the fingerprint the adapter recorded of it."""
+    manifest = read_manifest(path) or {}
+    base = str(manifest.get("base", BASE_MODEL_NAME))
+    if base == BASE_MODEL_NAME:
+        return ensure_base_model(home)
+    folder = locate(base, "base model", f"the adapter {Path(path).name} was trained on it; restore it",
+                    revision=manifest.get("base_revision"))  # fmt: skip
+    want = manifest.get("source_sha256")
+    if want and model_fingerprint(folder) != want:
+        raise ValueError(f"{Path(path).name} was trained on {base} with fingerprint {want[:12]}, but {folder} holds "
+                         "other weights: restore the base it was trained on")  # fmt: skip
+    return folder
+
+
+def base_record(named: str | None, folder: Path) -> dict:
+    """What an adapter's manifest records of the base it was trained on (:func:`adapter_base` reads it
+    back): the converted e5 by name, a hub id with its snapshot's revision, or a folder by path; and
+    the base's fingerprint (``source_sha256``, which the adapter's own fingerprint includes)."""
+    manifest = read_manifest(folder) or {}
+    if manifest.get("name") == BASE_MODEL_NAME:
+        return {"base": BASE_MODEL_NAME, "source_sha256": manifest.get("source_sha256")}
+    folder = Path(folder)
+    hub_id = named if named and is_hub_id(named) else None
+    config = json.loads((folder / "config.json").read_text()) if (folder / "config.json").exists() else {}
+    record = {"base": hub_id.partition("@")[0] if hub_id else str(folder.resolve()),
+              "source_sha256": model_fingerprint(folder), "base_model_type": config.get("model_type")}  # fmt: skip
+    if hub_id and folder.parent.name == "snapshots":
+        record["base_revision"] = folder.name  # the commit: a later `main` is another model
+    return record
+
+
 def load_model(
     path: str | Path,
     build: Callable[[Path], object],
     home: Path,
     unused: dict[str, str] | None = None,
+    trust_remote_code: bool = False,
 ):
     """The sentence-transformers model of a folder: ``build(folder)`` (a ``SentenceTransformer`` or
     ``CrossEncoder`` constructor) on a full checkpoint, or on the converted base model with the
@@ -116,6 +159,7 @@ def load_model(
     for m, why in (unused or {}).items():
         covered.setdefault(m, f"not in the checkpoint, unused ({why})")
     if not adapter:
+        check_remote_code(path, trust_remote_code)
         with _quiet_load(drop_conversion_notice=False) as held:
             model = build(path)
         notes = _explain(path.name, held.reports, covered)
@@ -123,7 +167,7 @@ def load_model(
         return model.eval()
     from peft import PeftModel  # deferred: peft imports torch, which a server on ONNX never loads
 
-    base = ensure_base_model(home)
+    base = adapter_base(path, home)
     layers = (read_manifest(path) or {}).get("base_layers")
     with _quiet_load(drop_conversion_notice=True) as held:
         model = build(base)
@@ -159,12 +203,13 @@ def load_span_model(path: str | Path, home: Path, device: str = "cpu"):
 
     path = Path(path)
     if not is_adapter(path):
+        check_remote_code(path, trust_remote_code=False)
         with _quiet_load(drop_conversion_notice=False):
             model = AutoModelForQuestionAnswering.from_pretrained(path)
         return model.to(device).eval(), AutoTokenizer.from_pretrained(path)
     from peft import PeftModel  # deferred: peft imports torch
 
-    base = ensure_base_model(home)
+    base = adapter_base(path, home)
     layers = (read_manifest(path) or {}).get("base_layers")
     with _quiet_load(drop_conversion_notice=True):
         model = AutoModelForQuestionAnswering.from_pretrained(base)

@@ -14,13 +14,15 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 from samelang.core.models.folder import model_fingerprint
+from samelang.core.models.heads import pooled_module
 from samelang.core.models.precision import EngineOptions, resolve
 from samelang.core.models.quantise import RECIPE, calibration_feeds, calibration_texts, quantise_int8
 from samelang.indexes.atomic import atomic_dir
 
 # bump when the exported folder changes, so that caches are rebuilt (2: external weights, tokenizer, model.json;
-# 3: residual layer norms as Add + LayerNormalization, see _unfuse_skip_layer_norm)
-ONNX_FORMAT = 3
+# 3: residual layer norms as Add + LayerNormalization, see _unfuse_skip_layer_norm; 4: model.json records the
+# pooling, the score head and the model's positions, see .heads)
+ONNX_FORMAT = 4
 # ONNX Runtime would fuse them back at session start; the fused CPU kernel is the slow one
 DISABLED_ORT_OPTIMIZERS = ["SkipLayerNormFusion"]
 MODEL_META = "model.json"
@@ -70,7 +72,7 @@ def export_onnx(model, kind: str, precision: str, target: Path, tokenizer=None, 
             with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 torch.onnx.export(
-                    pooled_module(model, kind),
+                    pooled_module(model, kind, meta),
                     (ids, mask),
                     str(raw),
                     input_names=["input_ids", "attention_mask"],
@@ -185,24 +187,7 @@ def tokenizer_from_file(path: Path):
 
 
 class Head:
-    """What a forward pass returns: mean-pooled token states (bi-encoder) or the first logit."""
+    """What a forward pass returns: pooled token states (bi-encoder) or one score per pair
+    (:func:`.heads.pooled_module`)."""
 
     EMBED, SCORE = "embed", "score"
-
-
-def pooled_module(model, kind: str):
-    import torch  # deferred: keeps torch out of start-up
-
-    class Pooled(torch.nn.Module):
-        def __init__(self, m):
-            super().__init__()
-            self.m = m
-
-        def forward(self, input_ids, attention_mask):
-            if kind == Head.SCORE:
-                return self.m(input_ids=input_ids, attention_mask=attention_mask).logits[:, :1]
-            h = self.m(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-            mask = attention_mask.unsqueeze(-1).to(h.dtype)
-            return (h * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-
-    return Pooled(model).eval()

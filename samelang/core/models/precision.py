@@ -12,7 +12,7 @@ import platform
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from samelang.core.models.folder import recorded_precision
+from samelang.core.models.folder import onnx_unfit, recorded_precision
 
 log = logging.getLogger("samelang")
 
@@ -47,6 +47,7 @@ class EngineOptions:
     parallel_batches: int = (
         PARALLEL_BATCHES  # passes of one call in flight (ONNX; documented in samelang.service.config)
     )
+    trust_remote_code: bool = False  # run a checkpoint's own code (config.json's auto_map); else refuse it
 
     def __post_init__(self):
         if self.precision not in PRECISIONS:
@@ -128,8 +129,13 @@ def resolve(options: EngineOptions, device: str, model_dir: Path | None = None) 
         # class), half precision on GPU (tensor cores)
         precision = recorded_precision(model_dir, precision_device(device)) or (_gpu_half() if on_gpu else "fp32")
     backend = options.backend
+    unfit = onnx_unfit(model_dir)
     if backend == "auto":
-        backend = "onnx" if (not on_gpu and precision in ("fp32", "int8") and _has_onnxruntime()) else "torch"
+        onnx = not on_gpu and precision in ("fp32", "int8") and unfit is None and _has_onnxruntime()
+        backend = "onnx" if onnx else "torch"
+    if unfit is not None and (backend == "onnx" or precision == "int8"):
+        raise EngineConfigError(f"{Path(model_dir).name} does not export to ONNX here ({unfit}): it runs on --backend "
+                                "torch, at fp32, bf16 or fp16, not int8")  # fmt: skip
     if precision == "int8" and (backend != "onnx" or on_gpu):
         raise EngineConfigError("precision int8 runs on the CPU with --backend onnx (needs onnxruntime)")
     if backend == "onnx" and on_gpu:

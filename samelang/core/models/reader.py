@@ -24,7 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from samelang.core.models.folder import model_fingerprint, read_manifest, require_model_folder
+from samelang.core.models.folder import model_fingerprint, read_manifest
+from samelang.core.models.hub import locate
 from samelang.core.models.loading import load_span_model
 from samelang.core.models.precision import cpu_has_bf16
 
@@ -124,7 +125,7 @@ class ExtractiveReader:
         threshold: float | None = None,
     ):
         fix = "train one with `samelang train reader`"
-        self.path = require_model_folder(path, "extractive reader", fix)
+        self.path = locate(path, "extractive reader", fix)
         if not is_span_model(self.path):
             raise ValueError(f"{self.path} holds no extractive reader (no span head): {fix}")
         self.name, self.device, self.home = self.path.name, device, home

@@ -9,23 +9,29 @@ import numpy as np
 
 from samelang.core.models.encoder import Encoder
 from samelang.core.models.engine import engine_for, sigmoid
-from samelang.core.models.folder import model_fingerprint, require_model_folder
+from samelang.core.models.folder import model_fingerprint
+from samelang.core.models.heads import score_meta
+from samelang.core.models.hub import locate
 from samelang.core.models.loading import load_model
 from samelang.core.models.precision import EngineOptions
 
 BI_ENCODER_COSINE = "bi-encoder-cosine"
 
 
-def load_cross_encoder(path: Path, device: str = "cpu", max_length: int = 256, *, home: Path):
+def load_cross_encoder(
+    path: Path, device: str = "cpu", max_length: int = 256, *, home: Path, trust_remote_code: bool = False
+):
     """A sentence-transformers ``CrossEncoder`` from a full checkpoint, or from a LoRA adapter folder
     merged onto the converted base model, with the adapter's trained pooler and classifier head in
     place of the ones the base model lacks (transformers initialises those at load, and the adapter
     replaces them: a LAMAR folder is a trained reranker, whatever the base load would report)."""
     from sentence_transformers import CrossEncoder  # deferred: keeps sentence_transformers out of start-up
 
-    return load_model(
-        path, lambda folder: CrossEncoder(str(folder), device=device, max_length=max_length, num_labels=1), home
-    )
+    def build(folder):
+        return CrossEncoder(str(folder), device=device, max_length=max_length, num_labels=1,
+                            trust_remote_code=trust_remote_code)  # fmt: skip
+
+    return load_model(path, build, home, trust_remote_code=trust_remote_code)
 
 
 class CrossEncoderReranker:
@@ -42,11 +48,12 @@ class CrossEncoderReranker:
         home: Path,
         options: EngineOptions | None = None,
     ):
-        self.path = require_model_folder(
+        self.path = locate(
             path, "cross-encoder",
             "train one with `samelang train reranker`, or leave the reranker unset to rerank by bi-encoder cosine",
         )  # fmt: skip
         self.device, self.home, self.max_length = device, home, max_length
+        self.trust_remote_code = bool(options and options.trust_remote_code)
         self.name = self.path.name
         self.fingerprint = model_fingerprint(self.path)
         self.engine = engine_for(
@@ -63,13 +70,18 @@ class CrossEncoderReranker:
 
     def _load(self):
         """(module, tokenizer, meta) for the engine; a fresh model that the engine may drop."""
-        ce = load_cross_encoder(self.path, device=self.device, max_length=self.max_length, home=self.home)
-        return ce.model, ce.tokenizer, {}
+        ce = self.model_fresh()
+        return ce.model, ce.tokenizer, score_meta(ce, self.name)
+
+    def model_fresh(self):
+        """A newly loaded ``CrossEncoder`` (the engine may drop it after export)."""
+        return load_cross_encoder(self.path, self.device, self.max_length, home=self.home,
+                                  trust_remote_code=self.trust_remote_code)  # fmt: skip
 
     @functools.cached_property
     def model(self):
         """The sentence-transformers ``CrossEncoder`` (loaded on first use; the engine does not need it)."""
-        return load_cross_encoder(self.path, device=self.device, max_length=self.max_length, home=self.home)
+        return self.model_fresh()
 
     @property
     def precision(self) -> str:
