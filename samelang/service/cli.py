@@ -232,6 +232,7 @@ def ready_to_serve(cfg: ServiceSettings) -> bool:
     from samelang.service.registry import (
         chosen_biencoder,
         default_index_path,
+        default_reader,
         default_reranker,
         demo_index_ready,  # deferred: keeps faiss out of the CLI's start-up
         model_parts,
@@ -246,22 +247,36 @@ def ready_to_serve(cfg: ServiceSettings) -> bool:
     reranker = default_reranker(cfg.reranker, cfg.home, cfg.revision)
     if reranker is not None and export_pending(options, device, reranker, cache, "score"):
         return False
+    reader = default_reader(cfg.reader, cfg.home)
+    if reader is not None and export_pending(options, device, reader, cache, "span"):
+        return False
     if cfg.generator == "llamacpp" and cfg.generator_model is None and not generator_ready(cfg.home):
         return False
     return cfg.index is not None or demo_index_ready(default_index_path(cfg))
 
 
 def prepare_serving(cfg: ServiceSettings) -> None:
-    """Make what the server reads: the converted base model, the ONNX exports of the served models,
-    the demo index and the generator checkpoint (each once; cached under ``$SAMELANG_HOME``)."""
+    """Make what the server reads: the converted base model, the ONNX exports of the served models
+    (the extractive reader's too), the demo index and the generator checkpoint (each once; cached
+    under ``$SAMELANG_HOME``)."""
+    from samelang.core.models.engine import (
+        cache_dir,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
+    )
     from samelang.core.models.gemma_checkpoint import (
         prepare_generator,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
+    )
+    from samelang.core.models.onnx_export import (
+        export_pending,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
+    )
+    from samelang.core.models.reader import (
+        ExtractiveReader,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
     )
     from samelang.core.models.reranker import (
         CrossEncoderReranker,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
     )
     from samelang.service.registry import (  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
         chosen_biencoder,
+        default_reader,
         default_reranker,
         ensure_demo_index,
         open_encoder,
@@ -276,6 +291,9 @@ def prepare_serving(cfg: ServiceSettings) -> None:
         CrossEncoderReranker(
             reranker, device=device, max_length=cfg.reranker_max_length, home=cfg.home, options=options
         )
+    reader = default_reader(cfg.reader, cfg.home)
+    if reader is not None and export_pending(options, device, reader, cache_dir(cfg.home), "span"):
+        ExtractiveReader(reader, device=device, home=cfg.home, options=options).load()  # the server needs no torch
     if cfg.generator == "llamacpp" and cfg.generator_model is None:
         prepare_generator(cfg.home)
 

@@ -72,18 +72,7 @@ def load_components(cfg: ServiceSettings) -> Components:
                         "it (%s)", role, name, _neutral_words(role))  # fmt: skip
         reader = load_reader(cfg, device, defaults.answer_mode)
     with ledger.measure("generator"):
-        if cfg.generator == "llamacpp":
-            gguf = cfg.generator_model or registry.default_generator_path(cfg.home)
-            generator = LlamaCppGenerator(gguf, threads=cfg.threads, n_ctx=cfg.generator_ctx)
-        elif cfg.generator == "openai":
-            generator = OpenAIGenerator(
-                cfg.openai_url, cfg.openai_model, cfg.openai_api_key, cfg.openai_timeout, cfg.openai_retries
-            )
-            problem = generator.probe()
-            if problem:  # the service starts anyway: /answer says the same, with the passages, until it is fixed
-                log.warning("--generator openai: %s; /answer returns 503 with the passages until it does", problem)
-        else:
-            generator = NoGenerator()
+        generator = load_generator(cfg)
     with ledger.measure("language_id"):
         langid = get_identifier(tuple(x.strip() for x in cfg.detect_langs.split(",") if x.strip()))
     limits = Limits.of(cfg)
@@ -110,6 +99,23 @@ def _neutral_words(role: str) -> str:
     return "the reranker's scores alone over the first 20 candidates"
 
 
+def load_generator(cfg: ServiceSettings):
+    """``/answer``'s generator: the embedded GGUF on llama.cpp, an OpenAI-compatible server (probed:
+    a problem is logged, and the service starts anyway) or none."""
+    if cfg.generator == "llamacpp":
+        gguf = cfg.generator_model or registry.default_generator_path(cfg.home)
+        return LlamaCppGenerator(gguf, threads=cfg.threads, n_ctx=cfg.generator_ctx)
+    if cfg.generator == "openai":
+        generator = OpenAIGenerator(
+            cfg.openai_url, cfg.openai_model, cfg.openai_api_key, cfg.openai_timeout, cfg.openai_retries
+        )
+        problem = generator.probe()
+        if problem:  # the service starts anyway: /answer says the same, with the passages, until it is fixed
+            log.warning("--generator openai: %s; /answer returns 503 with the passages until it does", problem)
+        return generator
+    return NoGenerator()
+
+
 def load_reader(cfg: ServiceSettings, device: str, answer_mode: str) -> ExtractiveReader | None:
     """The extractive reader ``cfg`` names (or the shipped one), loaded now when ``/answer`` answers
     extractively by default, else on its first extractive request; ``None`` without one."""
@@ -119,7 +125,8 @@ def load_reader(cfg: ServiceSettings, device: str, answer_mode: str) -> Extracti
             raise ValueError("--answer-mode extractive needs a reader: pass --reader DIR (train one with "
                              "`samelang train reader`)")  # fmt: skip
         return None
-    reader = ExtractiveReader(path, device=device, home=cfg.home, max_length=cfg.reader_max_length)
+    reader = ExtractiveReader(path, device=device, home=cfg.home, max_length=cfg.reader_max_length,
+                              options=cfg.engine_options())  # fmt: skip
     return reader.load() if answer_mode == EXTRACTIVE else reader
 
 
@@ -127,7 +134,7 @@ def reader_info(reader: ExtractiveReader | None) -> dict | None:
     if reader is None:
         return None
     return {"name": reader.name, "path": str(reader.path), "kind": reader.kind, "threshold": reader.threshold,
-            "precision": reader.precision}  # fmt: skip
+            **reader.describe()}  # fmt: skip
 
 
 def micro_batching(pipeline: Pipeline, cfg: ServiceSettings, metrics: Metrics) -> tuple[Pipeline, list]:

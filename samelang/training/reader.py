@@ -19,6 +19,7 @@ model card with the command that reproduces it.
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from pathlib import Path
@@ -256,19 +257,20 @@ def train_reader(args: ReaderArgs, log=print) -> Path:
             loop.save_checkpoint(args.out, step, module, opt, sched, history, keep=("lora_", "modules_to_save"))
     bar.close()
     if rank == 0:
-        _save_final(args, module, history, time.perf_counter() - t0, len(examples), len(data), world, langs, dev, log)
+        counts = {"n_instances": len(examples), "n_windows": len(data), "sources": source_counts(examples)}
+        _save_final(args, module, history, time.perf_counter() - t0, counts, world, langs, dev, log)
         shutil.rmtree(args.out / "checkpoints", ignore_errors=True)
     if world > 1:
         torch.distributed.barrier()
     return args.out
 
 
-def _save_final(args: ReaderArgs, module: ReaderModule, history, seconds: float, n: int, n_windows: int, world: int,
-                langs, dev, log=print) -> None:  # fmt: skip
+def _save_final(args: ReaderArgs, module: ReaderModule, history, seconds: float, counts: dict, world: int, langs, dev,
+                log=print) -> None:  # fmt: skip
     """Write the model folder atomically, then calibrate its threshold on the dev articles."""
     final, adapter, weights = loop.save_model(args.out, module.model, module.tokenizer, module.base)
     kind = "extractive-reader-lora-adapter" if adapter else "extractive-reader"
-    counts = {"n_instances": n, "n_windows": n_windows, "steps": len(history), **earlier_stages(args)}
+    counts = {**counts, "steps": len(history), **earlier_stages(args)}
     training_args = loop.write_run_files(final, args, module.base, history, seconds, world, counts, kind, weights)
     reader = ExtractiveReader(final, device=str(next(module.parameters()).device), home=args.home,
                               max_length=args.max_length, stride=args.stride)  # fmt: skip
@@ -288,12 +290,16 @@ def calibrated(reader: ExtractiveReader, args: ReaderArgs, langs, dev, log=print
 
 def recalibrate(args: ReaderArgs, langs, dev, log=print) -> Path:
     """``--calibrate-only``: the threshold of the reader in ``args.out`` chosen again (at its own
-    windows), reader.json and the card's calibration rewritten; the weights are not touched."""
+    windows, on the numerics it is served with), reader.json and the card's calibration rewritten,
+    and a record without the training data per source given it (:func:`add_sources`); the weights
+    are not touched."""
     saved = read_reader_config(args.out)
     reader = ExtractiveReader(args.out, home=args.home, threshold=0.0)
     report = calibrated(reader, args, langs, dev, log)
     write_reader_config(args.out, {"max_length": reader.max_length, "stride": reader.stride, **report})
     training_args = folder.read_training_args(args.out) or {}
+    if training_args and "sources" not in training_args:
+        add_sources(args, training_args, log)
     trained = ReaderArgs(**{**{k: v for k, v in training_args.items() if k in ReaderArgs.model_fields},
                             "out": args.out, "unanswerable_share": args.unanswerable_share})  # fmt: skip
     folder.write_card(args.out, model_card(trained, training_args, report))
@@ -303,6 +309,47 @@ def recalibrate(args: ReaderArgs, langs, dev, log=print) -> Path:
 
 def reproduce_command(args: ReaderArgs) -> str:
     return options.reproduce_command("samelang train reader", args, skip=loop.OPERATIONAL)
+
+
+def source_counts(examples: list[ReadingExample]) -> dict[str, dict[str, int]]:
+    """Per source (XQuAD, each corpus QA set): its questions with an answer span and its no-answer
+    passages (``<source>:negative``), as the model card's data table lists them."""
+    out: dict[str, dict[str, int]] = {}
+    for e in examples:
+        row = out.setdefault(e.source.removesuffix(":negative"), {"questions": 0, "no_answer": 0})
+        row["no_answer" if e.source.endswith(":negative") else "questions"] += 1
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]["questions"]))
+
+
+def recount_sources(args: ReaderArgs, langs, dev) -> dict[str, dict[str, int]]:
+    """:func:`source_counts` of the examples a recorded run trained on, built again from its options
+    (deterministic: the same corpus, hold-out, languages, dev articles and seed give the same
+    examples): what ``--calibrate-only`` adds to a card written before the table existed."""
+    views = args.training_views() if args.corpus else None
+    return source_counts(build_reading_examples(views, langs, dev, args.negatives, args.seed))
+
+
+def add_sources(args: ReaderArgs, training_args: dict, log=print) -> None:
+    """``training_args`` (the folder's record, rewritten) with the recorded run's sources counted
+    again (its own languages, dev articles, corpus options and seed); not written when the count
+    differs from the examples the run recorded (the corpus store changed since)."""
+    recorded = stage_args(training_args).model_copy(update={"home": args.home, "corpora": args.corpora})
+    sources = recount_sources(recorded, loop.langs_of(recorded.langs), dev_articles(recorded.dev_n_articles))
+    total = sum(r["questions"] + r["no_answer"] for r in sources.values())
+    if total != training_args.get("n_instances"):
+        log(f"training data per source not added: counted {total} examples, the run recorded "
+            f"{training_args.get('n_instances')} (the corpus store is not the one it trained on)")  # fmt: skip
+        return
+    training_args["sources"] = sources
+    (args.out / folder.TRAINING_ARGS).write_text(json.dumps(training_args, indent=2))
+
+
+def source_table(sources: dict[str, dict[str, int]]) -> str:
+    """The card's training data per source."""
+    lines = ["| source | questions with an answer | no-answer passages |", "|---|---|---|"]
+    lines += [f"| {name} | {r['questions']:,} | {r['no_answer']:,} |" for name, r in sources.items()]
+    total = [sum(r[k] for r in sources.values()) for k in ("questions", "no_answer")]
+    return "\n".join([*lines, f"| **total** | {total[0]:,} | {total[1]:,} |"])
 
 
 def earlier_stages(args: ReaderArgs) -> dict:
@@ -363,6 +410,12 @@ def model_card(args: ReaderArgs, training_args: dict, report: dict) -> str:
             trained=" ".join(f"Stage {i + 1}: {trained_line(stage_args(r), r)}" for i, r in enumerate(earlier))
             + (" Then, from it: " if earlier else "Trained for ")
             + trained_line(args, training_args)
+            + (
+                "\n\nTraining data per source (the last stage's; no-answer passages drawn with its seed):\n\n"
+                + source_table(training_args["sources"])
+                if training_args.get("sources")
+                else ""
+            )
             + "\n\n"
             + dev_table(report),
             eval_command="samelang eval answer --card",

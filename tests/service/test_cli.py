@@ -87,14 +87,14 @@ def test_serve_runs_the_shipped_defaults(served, base_model_path):
 
 def test_the_server_answers_from_onnx_without_torch_and_reports_its_memory(served):
     """Served from finished ONNX exports (weights memory-mapped, tokenizer saved beside them) and
-    without the embedded generator, the search path never imports torch: one copy of each model is
-    resident, ONNX Runtime's. The extractive reader still runs on torch: a server whose measured
-    default answers extractively loads it, and torch, at start-up. /info reports the load-time
-    growth per component."""
+    without the embedded generator, the server never imports torch, the extractive reader included
+    (exported before the server loads): one copy of each model is resident, ONNX Runtime's. /info
+    reports the load-time growth per component."""
     assert served.post("/search", json={"query": "Who founded the Normans?", "k": 3}).status_code == 200
     info = served.get("/info").json()
     memory = info["memory"]
-    assert memory["torch_imported"] is (info["answer_mode"] == "extractive"), memory
+    assert memory["torch_imported"] is False, memory
+    assert info["reader"]["backend"] == "onnx", info["reader"]
     assert set(memory["load_rss_mb"]) == {"encoder", "index", "reranker", "reader", "generator", "language_id"}
     assert memory["process_rss_mb"] > 0 and memory["process_peak_rss_mb"] >= memory["before_load_rss_mb"] > 0
     assert all(isinstance(v, (int, float)) for v in memory["load_rss_mb"].values()), memory

@@ -12,6 +12,7 @@ import torch
 from safetensors.numpy import load_file
 
 from samelang.core.models.base_model import ensure_base_model
+from samelang.core.models.precision import EngineOptions
 from samelang.core.models.reader import ExtractiveReader, Span, best_spans, read_reader_config
 from samelang.service.registry import REPO_MODELS
 from samelang.training.data import dev_articles
@@ -35,6 +36,35 @@ def test_window_labels_cover_the_answer_and_windows_without_it_are_no_answer(bas
         assert span.strip() == "Zanzibar city"
     none = windows(tok, [ReadingExample("Where?", "A short passage.", (), "en", "neg")], 64, 16)
     assert [(r["start"], r["end"]) for r in none] == [(0, 0)]
+
+
+def test_windows_are_the_ones_transformers_makes_without_transformers(base_model_path):
+    """The served reader cuts windows with the ``tokenizers`` library alone; they are the windows
+    transformers' fast tokenizer makes (what the reader was trained on before), long passages,
+    long questions and scripts without spaces included."""
+    from transformers import AutoTokenizer
+
+    from samelang.core.models.reader import Windows
+
+    tok = AutoTokenizer.from_pretrained(str(base_model_path))
+    data = dev_questions(("en", "zh", "th", "ar"), dev_articles(3), per_lang=4)
+    questions = [q.question for q, _ in data] + ["Why? " * 80]  # the last is cut to a third of the window
+    passages = [q.context * 3 for q, _ in data] + [data[0][0].context]
+    got = Windows(tok, 128, 32).features(questions, passages)
+    cut = [q if len(tok.tokenize(q)) <= 42 else None for q in questions]
+    want = tok([q or "x" for q in cut], passages, truncation="only_second", max_length=128, stride=32,
+               return_overflowing_tokens=True, return_offsets_mapping=True)  # fmt: skip
+    rows = [k for k, i in enumerate(want["overflow_to_sample_mapping"]) if cut[i] is not None]
+    mine = [k for k, i in enumerate(got["overflow_to_sample_mapping"]) if cut[i] is not None]
+    assert len(rows) == len(mine) > len(questions)  # long passages: several windows each
+    for k, m in zip(rows, mine):
+        assert got["input_ids"][m] == want["input_ids"][k]
+        seq = want.sequence_ids(k)
+        offsets = [tuple(o) if s == 1 else None for o, s in zip(want["offset_mapping"][k], seq)]
+        assert got["offset_mapping"][m] == offsets
+    long_q = [m for m, i in enumerate(got["overflow_to_sample_mapping"]) if i == len(questions) - 1]
+    assert long_q and all(len(got["input_ids"][m]) <= 128 for m in long_q)
+    assert sum(o is not None for o in got["offset_mapping"][long_q[0]]) > 40  # the passage keeps its room
 
 
 def test_best_span_is_inside_the_passage_and_measured_against_no_answer():
@@ -109,6 +139,9 @@ def test_training_writes_a_calibrated_adapter_that_the_service_reader_loads(tiny
         and "calibrated for 10% of reads without an answer" in card
     )
     assert not (tiny_reader / "checkpoints").exists()
+    sources = json.loads((tiny_reader / "training_args.json").read_text())["sources"]
+    assert list(sources) == ["xquad"] and sources["xquad"]["questions"] > 0 < sources["xquad"]["no_answer"]
+    assert f"| xquad | {sources['xquad']['questions']:,} | {sources['xquad']['no_answer']:,} |" in card
 
     reader = ExtractiveReader(tiny_reader, home=samelang_home)
     assert reader.threshold == cfg["threshold"] and (reader.max_length, reader.stride) == (96, 32)  # as calibrated
@@ -117,17 +150,25 @@ def test_training_writes_a_calibrated_adapter_that_the_service_reader_loads(tiny
     assert len(spans) == 2 and spans[0].score >= spans[1].score
     for s in spans:
         assert passages[s.passage][s.start : s.end].strip() == s.text and s.text
-    # the loaded model is the trained one: the same logits as the adapter applied by peft itself
+    # the served model is the trained one: the logits of the adapter applied by peft itself, on torch
+    # and on the ONNX graph the CPU default exports
     from peft import PeftModel
-    from transformers import AutoModelForQuestionAnswering
+    from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 
-    model, tok = reader._model
     base = AutoModelForQuestionAnswering.from_pretrained(str(ensure_base_model(samelang_home)))
     ref = PeftModel.from_pretrained(base, str(tiny_reader)).eval()
-    batch = tok(["Where?"], [passages[1]], return_tensors="pt")
+    batch = AutoTokenizer.from_pretrained(str(ensure_base_model(samelang_home)))(["Where?"], [passages[1]])
     with torch.inference_mode():
-        a, b = model(**batch).start_logits, ref(**batch).start_logits
-    assert torch.allclose(a, b, atol=1e-4)
+        out = ref(**{k: torch.tensor(v) for k, v in batch.items()})
+    want = torch.stack([out.start_logits, out.end_logits], -1)[0].numpy()
+    on_torch = ExtractiveReader(tiny_reader, home=samelang_home, options=EngineOptions("fp32", "torch"))
+    for served in (on_torch, reader):
+        engine, _ = served._engine
+        assert np.allclose(engine.run_tokens(batch["input_ids"])[0], want, atol=1e-3), engine.describe()
+    assert reader.describe() == {"precision": "fp32", "backend": "onnx"}
+    again = on_torch.spans("Where was the game played?", passages)
+    assert [(a.text, a.passage) for a in again] == [(a.text, a.passage) for a in spans]
+    assert [a.score for a in again] == pytest.approx([a.score for a in spans], abs=1e-2)
     forced = ExtractiveReader(tiny_reader, home=samelang_home, threshold=1e9)
     assert forced.read("Where was the game played?", passages) is None  # below the threshold: no answer
     best = ExtractiveReader(tiny_reader, home=samelang_home, threshold=-1e9).read("Where?", passages)
@@ -156,5 +197,12 @@ def test_a_later_stage_continues_from_the_readers_weights_and_its_card_chains_th
     card = (out / "README.md").read_text()
     first, second = card.index("--max-steps 3"), card.index("--max-steps 2")
     assert first < second and f"--init {tiny_reader}" in card[second - 400 :] and "Stage 1: 3 steps" in card
+    # a card written before the data table existed gets it from --calibrate-only, counted again
+    counted = record.pop("sources")
+    (out / "training_args.json").write_text(json.dumps(record))
+    # (calibrated on English alone: the count is the recorded run's, English and Chinese)
+    train_reader(args.model_copy(update={"calibrate_only": True, "langs": "en"}), log=lambda *a: None)
+    assert json.loads((out / "training_args.json").read_text())["sources"] == counted  # the same examples
+    assert f"| xquad | {counted['xquad']['questions']:,} |" in (out / "README.md").read_text()
     with pytest.raises(ValueError, match="not a LoRA reader"):
         train_reader(ReaderArgs(out=tmp_path / "x", init=tmp_path, corpus=False, device="cpu", home=samelang_home))

@@ -145,8 +145,9 @@ class OnnxBackend:
 class InferenceEngine:
     """Tokenise, sort by length, run token-bounded batches on the chosen backend, restore order.
 
-    ``kind`` is ``"embed"`` (mean-pooled, L2-normalised embeddings) or ``"score"`` (one logit
-    per pair, through ``activation``).
+    ``kind`` is ``"embed"`` (mean-pooled, L2-normalised embeddings), ``"score"`` (one logit
+    per pair, through ``activation``) or ``"span"`` (an extractive reader's start and end logits per
+    token, of rows the reader tokenised itself: :meth:`run_tokens`).
 
     ``load()`` returns ``(module, tokenizer, meta)``: the transformers module, its fast tokenizer and
     what the caller wants remembered with an export (``meta``, e.g. prompts and embedding size). It
@@ -166,8 +167,8 @@ class InferenceEngine:
         model_dir: Path | None = None,
         activation=None,
     ):
-        if kind not in (Head.EMBED, Head.SCORE):
-            raise ValueError(f"kind must be 'embed' or 'score', got {kind!r}")
+        if kind not in (Head.EMBED, Head.SCORE, Head.SPAN):
+            raise ValueError(f"kind must be 'embed', 'score' or 'span', got {kind!r}")
         self.options = resolve(options, device, model_dir)
         self.kind, self.activation = kind, activation
         if self.options.backend == "onnx":
@@ -266,7 +267,9 @@ class InferenceEngine:
     def padded_batches(self, inputs: list):
         """(indices, input_ids, attention_mask) per token-bounded batch, longest first: what
         :meth:`run` feeds the backend (and what a profiler replays)."""
-        ids = self._tokenise(inputs)
+        return self._padded(self._tokenise(inputs))
+
+    def _padded(self, ids: list[list[int]]):
         lengths = [len(x) for x in ids]
         for batch in token_batches(lengths, self.options.max_batch_tokens, self.options.max_batch_size):
             width = max(lengths[i] for i in batch)
@@ -281,6 +284,8 @@ class InferenceEngine:
     def run(self, inputs: list, progress: bool = False, raw: bool = False) -> np.ndarray:
         """Embeddings (n, dim) or scores (n,) for ``inputs`` (texts, or (query, document) pairs);
         ``raw``: the mean-pooled embeddings before L2 normalisation, the logits before the activation."""
+        if self.kind == Head.SPAN:
+            raise ValueError("a 'span' engine reads a reader's windows: run_tokens, not run")
         if len(inputs) == 0:
             return np.zeros((0,) if self.kind == Head.SCORE else (0, 0), dtype=np.float32)
         out: np.ndarray | None = None
@@ -295,6 +300,20 @@ class InferenceEngine:
             s = out[:, 0]
             return self.activation(s) if self.activation is not None and not raw else s
         return out if raw else out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+
+    def run_tokens(self, ids: list[list[int]]) -> list[np.ndarray]:
+        """The per-token outputs of rows the caller tokenised itself (a reader's windows: a question
+        and a stretch of passage each), in token-bounded batches like :meth:`run`'s: one
+        ``(len(row), outputs)`` array per row, padding cut off."""
+        if self.kind != Head.SPAN:
+            raise ValueError(f"run_tokens reads per-token outputs: a 'span' engine's, not {self.kind!r}")
+        out: list = [None] * len(ids)
+        for batch, y in self._forward(self._padded(ids)):
+            width = y.shape[1]
+            for r, i in enumerate(batch):
+                at = slice(width - len(ids[i]), width) if self.left_padded else slice(0, len(ids[i]))
+                out[i] = y[r, at]
+        return out
 
     def _forward(self, batches):
         """(indices, outputs) per batch. On ONNX up to ``parallel_batches`` batches run at once on the

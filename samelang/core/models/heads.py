@@ -16,7 +16,9 @@ A mode this engine does not implement is refused at load with its name, never ru
 
 from __future__ import annotations
 
+import json
 import logging
+from pathlib import Path
 
 log = logging.getLogger("samelang")
 
@@ -61,9 +63,6 @@ def read_st_config(folder) -> dict:
     """A bi-encoder folder's pooling and prompts from its sentence-transformers files, without loading
     it (what a trainer needs of its base): ``{"pooling", "query_prompt", "passage_prompt"}``; a plain
     transformers folder pools by mean and has no prompts, as sentence-transformers would make it."""
-    import json
-    from pathlib import Path
-
     folder = Path(folder)
 
     def read(name: str) -> dict | list:
@@ -167,7 +166,6 @@ def causal_template(tokenizer, name: str = "") -> tuple[str, str, str]:
 def template_jinja(template: tuple[str, str, str]) -> str:
     """A chat template that renders ``template`` around a ``query`` and a ``document`` message: what a
     trained causal reranker saves, so that sentence-transformers' ``CrossEncoder`` scores it as we do."""
-    import json
 
     def pick(role: str) -> str:
         return "{{ (messages | selectattr('role', 'eq', '" + role + "') | first).content }}"
@@ -234,7 +232,8 @@ def fit_pair(query: list[int], doc: list[int], room: int) -> tuple[list[int], li
 
 def pooled_module(model, kind: str, meta: dict | None = None):
     """The transformers ``model`` wrapped to return what the engine wants of one pass: pooled token
-    states (``embed``; the pooling of ``meta``) or one score per row (``score``)."""
+    states (``embed``; the pooling of ``meta``), one score per row (``score``) or, of a question
+    answering model, each token's start and end logits (``span``: ``(batch, tokens, 2)``)."""
     import torch  # deferred: keeps torch out of start-up
 
     meta = meta or {}
@@ -252,6 +251,9 @@ def pooled_module(model, kind: str, meta: dict | None = None):
                 return (logits[:, yes] - logits[:, no]).unsqueeze(1)
             if kind == "score":
                 return self.m(input_ids=input_ids, attention_mask=attention_mask).logits[:, :1]
+            if kind == "span":
+                out = self.m(input_ids=input_ids, attention_mask=attention_mask)
+                return torch.stack([out.start_logits, out.end_logits], dim=-1)
             return pool(self.m(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state, attention_mask,
                         pooling)  # fmt: skip
 

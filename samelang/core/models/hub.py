@@ -15,7 +15,7 @@ import json
 import re
 from pathlib import Path
 
-from samelang.core.models.folder import is_model_folder
+from samelang.core.models.folder import ADAPTER_CONFIG, is_model_folder
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+(@[\w./-]+)?$")
 
@@ -43,7 +43,7 @@ def locate(ref: str | Path, what: str, fix: str, *, revision: str | None = None)
     if is_model_folder(ref):
         return Path(ref)
     if not is_hub_id(ref):
-        raise ModelNotFound(f"no {what} checkpoint at {ref} (no config.json, modules.json or adapter_config.json "
+        raise ModelNotFound(f"no {what} checkpoint at {ref} (no config.json, modules.json or {ADAPTER_CONFIG} "
                             f"there): {fix}")  # fmt: skip
     return snapshot(str(ref), what, fix, revision=revision)
 
@@ -65,7 +65,7 @@ def snapshot(ref: str, what: str, fix: str, *, revision: str | None = None) -> P
         ) from e
     if not is_model_folder(folder):
         raise ModelNotFound(f"the hub snapshot {folder} of {ref} holds no model (no config.json, modules.json or "
-                            f"adapter_config.json): {fix}")  # fmt: skip
+                            f"{ADAPTER_CONFIG}): {fix}")  # fmt: skip
     return folder
 
 

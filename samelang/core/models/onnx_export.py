@@ -77,7 +77,11 @@ def export_onnx(model, kind: str, precision: str, target: Path, tokenizer=None, 
                     str(raw),
                     input_names=["input_ids", "attention_mask"],
                     output_names=["output"],
-                    dynamic_axes={"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"}},
+                    dynamic_axes={
+                        "input_ids": {0: "batch", 1: "seq"},
+                        "attention_mask": {0: "batch", 1: "seq"},
+                        "output": {0: "batch", 1: "seq"} if kind == Head.SPAN else {0: "batch"},
+                    },
                     opset_version=17,
                     dynamo=False,
                 )
@@ -187,7 +191,7 @@ def tokenizer_from_file(path: Path):
 
 
 class Head:
-    """What a forward pass returns: pooled token states (bi-encoder) or one score per pair
-    (:func:`.heads.pooled_module`)."""
+    """What a forward pass returns: pooled token states (bi-encoder), one score per pair, or each
+    token's start and end logits (extractive reader) (:func:`.heads.pooled_module`)."""
 
-    EMBED, SCORE = "embed", "score"
+    EMBED, SCORE, SPAN = "embed", "score", "span"

@@ -45,7 +45,7 @@ SMOOTHED_OPS = ("MatMul", "Attention")
 def calibration_texts(kind: str, meta: dict, per_lang: int = 16, seed: int = 6) -> list:
     """Fixed inputs from XQuAD's TRAIN articles, 12 languages: for a bi-encoder (``embed``)
     ``per_lang`` paragraphs and questions each, with the model's prompts; for a cross-encoder
-    (``score``) ``per_lang`` (question, its paragraph) pairs."""
+    (``score``) or a reader (``span``) ``per_lang`` (question, its paragraph) pairs."""
 
     data = load_xquad(split="train")
     para = {(p.group, p.lang): p.text for p in data.paragraphs}
@@ -53,7 +53,7 @@ def calibration_texts(kind: str, meta: dict, per_lang: int = 16, seed: int = 6) 
     out: list = []
     for lang in sorted({p.lang for p in data.paragraphs}):
         questions = rng.sample([q for q in data.questions if q.lang == lang], per_lang)
-        if kind == "score":
+        if kind in ("score", "span"):  # a reader reads (question, paragraph) pairs too
             out += [(q.text, para[(q.group, q.lang)]) for q in questions]
         else:
             paragraphs = rng.sample([p.text for p in data.paragraphs if p.lang == lang], per_lang)

@@ -6,12 +6,14 @@ the question); a span can only be text of the passage, in the passage's language
 that finds it is the size of the retriever. The same windows here serve training and inference
 (:func:`span_features`), so what the model learnt is what it is asked.
 
-Inputs are ``question [SEP] passage`` windows of ``max_length`` tokens, overlapping by ``stride``
-(a long passage is read whole). A span's score is ``start_logit + end_logit`` minus the window's
-no-answer score (the same two logits at the first token, SQuAD 2.0's convention); the reader
-answers with the best span over every window of every passage when that margin reaches the
-folder's calibrated ``threshold`` (``reader.json``, chosen on dev questions by the trainer), else it
-answers nothing rather than guess.
+Inputs are ``question [SEP] passage`` windows of ``max_length`` tokens, overlapping by ``stride`` (a
+long passage is read whole; :class:`Windows`, ``tokenizers`` only). The forward passes are the
+inference engine's (:mod:`.engine`, ``span`` head): on CPU an ONNX graph exported once per model
+fingerprint, so a server that answers extractively never imports torch. A span's score is
+``start_logit + end_logit`` minus the window's no-answer score (the same two logits at the first
+token, SQuAD 2.0's convention); the reader answers with the best span over every window of every
+passage when that margin reaches the folder's calibrated ``threshold`` (``reader.json``, chosen on
+dev questions by the trainer), else it answers nothing rather than guess.
 """
 
 from __future__ import annotations
@@ -24,10 +26,12 @@ from pathlib import Path
 
 import numpy as np
 
+from samelang.core.models.engine import InferenceEngine, engine_for
 from samelang.core.models.folder import model_fingerprint, read_manifest
 from samelang.core.models.hub import locate
 from samelang.core.models.loading import load_span_model
-from samelang.core.models.precision import cpu_has_bf16
+from samelang.core.models.onnx_export import Head, backend_tokenizer
+from samelang.core.models.precision import EngineOptions, resolve
 
 READER_CONFIG = "reader.json"  # the calibrated threshold and the windows it was calibrated with
 TOP_N = 20  # start and end candidates per window
@@ -56,33 +60,45 @@ def check_windows(max_length: int, stride: int) -> None:
                          f"{max_length}-token window (--stride, --reader-max-length)")  # fmt: skip
 
 
+class Windows:
+    """The reader's tokenisation, ``tokenizers`` only (no transformers, hence no torch, at serving):
+    ``question [SEP] passage`` windows of ``max_length`` tokens overlapping by ``stride`` (a long
+    passage read whole), questions cut to a third of the window so a passage always has room. The
+    same windows as transformers' fast tokenizer makes with ``truncation="only_second"``,
+    ``return_overflowing_tokens`` and a stride: it calls this library underneath (a window and its
+    overflow are ``[encoding, *encoding.overflowing]``). Two copies of the tokenizer, made once: one
+    to cut questions, one truncating windows (thread-safe: neither changes after)."""
+
+    def __init__(self, tokenizer, max_length: int, stride: int):
+        check_windows(max_length, stride)
+        self.max_length, self.stride, self.q_max = max_length, stride, max(8, max_length // 3)
+        self.plain = backend_tokenizer(tokenizer)
+        self.windowed = backend_tokenizer(tokenizer)
+        self.windowed.enable_truncation(max_length, stride=stride, strategy="only_second")
+
+    def cut(self, question: str) -> str:
+        """``question`` cut after its first ``q_max`` tokens, at the character the tokenizer reports."""
+        enc = self.plain.encode(question, add_special_tokens=False)
+        return question if len(enc.ids) <= self.q_max else question[: enc.offsets[self.q_max - 1][1]]
+
+    def features(self, questions: list[str], passages: list[str]) -> dict:
+        """``input_ids``, ``attention_mask``, ``offset_mapping`` (character offsets into the passage;
+        ``None`` outside it) and ``overflow_to_sample_mapping`` (the pair each window came from)."""
+        out: dict[str, list] = {"input_ids": [], "attention_mask": [], "offset_mapping": [],
+                                "overflow_to_sample_mapping": []}  # fmt: skip
+        pairs = [(self.cut(q), p) for q, p in zip(questions, passages)]
+        for k, enc in enumerate(self.windowed.encode_batch(pairs)):
+            for w in [enc, *enc.overflowing]:
+                out["input_ids"].append(w.ids)
+                out["attention_mask"].append(w.attention_mask)
+                out["offset_mapping"].append([o if s == 1 else None for o, s in zip(w.offsets, w.sequence_ids)])
+                out["overflow_to_sample_mapping"].append(k)
+        return out
+
+
 def span_features(tokenizer, questions: list[str], passages: list[str], max_length: int, stride: int) -> dict:
-    """Tokenised ``question [SEP] passage`` windows: ``input_ids``, ``attention_mask``,
-    ``offset_mapping`` (character offsets into the passage; ``None`` outside it) and
-    ``overflow_to_sample_mapping`` (the pair each window came from). Questions are cut to a third of
-    the window so a passage always has room."""
-    check_windows(max_length, stride)
-    q_max = max(8, max_length // 3)
-    questions = [_cut(tokenizer, q, q_max) for q in questions]
-    enc = tokenizer(
-        questions, passages, truncation="only_second", max_length=max_length, stride=stride,
-        return_overflowing_tokens=True, return_offsets_mapping=True, padding=False,
-    )  # fmt: skip
-    offsets = []
-    for i, offs in enumerate(enc["offset_mapping"]):
-        seq = enc.sequence_ids(i)
-        offsets.append([o if s == 1 else None for o, s in zip(offs, seq)])
-    return {
-        "input_ids": enc["input_ids"],
-        "attention_mask": enc["attention_mask"],
-        "offset_mapping": offsets,
-        "overflow_to_sample_mapping": enc["overflow_to_sample_mapping"],
-    }
-
-
-def _cut(tokenizer, text: str, n_tokens: int) -> str:
-    pieces = tokenizer.tokenize(text)
-    return text if len(pieces) <= n_tokens else tokenizer.convert_tokens_to_string(pieces[:n_tokens])
+    """:meth:`Windows.features` of a one-off :class:`Windows` (the trainer's: all its examples at once)."""
+    return Windows(tokenizer, max_length, stride).features(questions, passages)
 
 
 def best_spans(start: np.ndarray, end: np.ndarray, offsets: list, max_answer_tokens: int) -> tuple[float, int, int]:
@@ -102,11 +118,6 @@ def best_spans(start: np.ndarray, end: np.ndarray, offsets: list, max_answer_tok
     return best
 
 
-def pad(rows: list[list[int]], value: int) -> np.ndarray:
-    width = max(len(r) for r in rows)
-    return np.array([r + [value] * (width - len(r)) for r in rows], dtype=np.int64)
-
-
 class ExtractiveReader:
     """A span reader of a model folder: a full ``AutoModelForQuestionAnswering`` checkpoint, or a
     LoRA adapter (with its trained ``qa_outputs`` head) over the converted base model."""
@@ -123,6 +134,7 @@ class ExtractiveReader:
         stride: int | None = None,
         max_answer_tokens: int = 30,
         threshold: float | None = None,
+        options: EngineOptions | None = None,
     ):
         fix = "train one with `samelang train reader`"
         self.path = locate(path, "extractive reader", fix)
@@ -139,50 +151,52 @@ class ExtractiveReader:
         self.threshold = float(saved.get("threshold", 0.0) if threshold is None else threshold)
         if not math.isfinite(self.threshold):
             raise ValueError(f"reader threshold must be a finite number, not {self.threshold}")
+        self.options = options or EngineOptions()
         self._lock, self._loaded = threading.Lock(), None
 
+    def _load(self):
+        model, tokenizer = load_span_model(self.path, self.home, self.device)
+        return model, tokenizer, {"reader": self.name}
+
     @property
-    def _model(self):
-        """(model, tokenizer), loaded on first use (one load however many requests ask at once)."""
+    def _engine(self) -> tuple[InferenceEngine, Windows]:
+        """(engine, windows), made on first use (one load however many requests ask at once): on
+        CPU an ONNX graph exported once per fingerprint (no torch at serving), else torch."""
         with self._lock:
             if self._loaded is None:
-                self._loaded = load_span_model(self.path, self.home, self.device)
+                engine = engine_for(self._load, Head.SPAN, self.path, self.home, self.options, self.device)
+                self._loaded = engine, Windows(engine.tokenizer, self.max_length, self.stride)
             return self._loaded
 
     def load(self) -> ExtractiveReader:
         """Load the model now (a server that answers extractively by default pays it at start-up)."""
-        self._model  # noqa: B018
+        self._engine  # noqa: B018
         return self
 
     @property
     def precision(self) -> str:
-        """bf16 where the CPU computes it natively (or on GPU), else fp32."""
-        return "bf16" if (self.device != "cpu" or cpu_has_bf16()) else "fp32"
+        """What it runs at (:func:`.precision.resolve`: the folder's recorded choice, else fp32 on CPU
+        on ONNX Runtime, bf16/fp16 on GPU), known without loading."""
+        return resolve(self.options, self.device, self.path).precision
 
-    def spans(self, question: str, passages: list[str], batch_size: int = 8) -> list[Span]:
+    def describe(self) -> dict:
+        """Precision and backend as ``/info`` reports them (without loading)."""
+        chosen = resolve(self.options, self.device, self.path)
+        return {"precision": chosen.precision, "backend": chosen.backend}
+
+    def spans(self, question: str, passages: list[str]) -> list[Span]:
         """The best span of each passage (windows merged), best first."""
         if not passages:
             return []
-        import torch  # deferred: keeps torch out of start-up
-
-        model, tokenizer = self._model
-        feats = span_features(tokenizer, [question] * len(passages), passages, self.max_length, self.stride)
+        engine, windows = self._engine
+        feats = windows.features([question] * len(passages), passages)
+        logits = engine.run_tokens(feats["input_ids"])
         best: dict[int, tuple[float, int, int]] = {}
-        dtype = torch.bfloat16 if self.precision == "bf16" else torch.float32
-        for b in range(0, len(feats["input_ids"]), batch_size):
-            ids = pad(feats["input_ids"][b : b + batch_size], tokenizer.pad_token_id)
-            mask = pad(feats["attention_mask"][b : b + batch_size], 0)
-            amp = torch.autocast(self.device.split(":")[0], dtype, enabled=dtype != torch.float32)
-            with torch.inference_mode(), amp:
-                out = model(input_ids=torch.from_numpy(ids).to(self.device),
-                            attention_mask=torch.from_numpy(mask).to(self.device))  # fmt: skip
-            start, end = out.start_logits.float().cpu().numpy(), out.end_logits.float().cpu().numpy()
-            for w in range(len(ids)):
-                k = b + w
-                cand = best_spans(start[w], end[w], feats["offset_mapping"][k], self.max_answer_tokens)
-                p = feats["overflow_to_sample_mapping"][k]
-                if cand[0] > best.get(p, (-np.inf,))[0]:
-                    best[p] = cand
+        for k, y in enumerate(logits):
+            cand = best_spans(y[:, 0], y[:, 1], feats["offset_mapping"][k], self.max_answer_tokens)
+            p = feats["overflow_to_sample_mapping"][k]
+            if cand[0] > best.get(p, (-np.inf,))[0]:
+                best[p] = cand
         spans = [Span(passages[p][s:e].strip(), p, s, e, score) for p, (score, s, e) in best.items() if e > s]
         return sorted(spans, key=lambda s: -s.score)
 

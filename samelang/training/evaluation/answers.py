@@ -130,6 +130,7 @@ class AnswerEvaluation:
         # (language, position) -> question text: XQuAD is parallel, question i of each language is one question
         self.parallel = {(q.lang, int(p)): q.query for q, p in zip(self.judge.queries, self.judge.position)}
         self.row = served_row()
+        self.reader_runs: dict | None = None
 
     def upper_bound(self) -> dict:
         """The reader alone on each question's gold paragraph in its own language."""
@@ -152,6 +153,7 @@ class AnswerEvaluation:
         cfg = ServiceSettings(home=self.options.home, index=index, reader=str(self.reader_path), micro_batching=False,
                               index_reload_s=0, generator="llamacpp" if self.options.generator else "none")  # fmt: skip
         components = load_components(cfg)
+        self.reader_runs = components.pipeline.reader.describe()  # as the server runs it
         app = create_app(cfg, Components(components.pipeline))
         out = {}
         with serve_in_thread(app) as url, httpx.Client(base_url=url, timeout=600) as client:
@@ -230,9 +232,11 @@ def run_answer_evaluation(options: AnswerEvalOptions, doc: Path, log=print) -> R
     command = "samelang eval answer" + " --tiny" * options.tiny + " --card" * options.card
     if options.per_lang != AnswerEvalOptions.model_fields["per_lang"].default:
         command += f" --per-lang {options.per_lang}"
+    runs = ev.reader_runs or {"backend": "?", "precision": "?"}
     how = (f"XQuAD test articles, {len(ev.queries)} questions ({options.per_lang} fixed positions x "
            f"{len(ev.queries) // max(1, options.per_lang)} languages), each shape served as `samelang serve` serves it "
-           f"({ev.row.name}; reader `{ev.reader_path.name}`) and asked through HTTP `POST /answer`; F1/EM against the "
+           f"({ev.row.name}; reader `{ev.reader_path.name}`, {runs['backend']} {runs['precision']}) and asked through "
+           "HTTP `POST /answer`; F1/EM against the "
            "gold answers in the question's language (characters for zh and th); partial translations in two rows, the "
            "questions whose gold paragraph the index holds in the reader's language (only an answer in that language "
            "counts) and the others (the answer scored in its own language); p50: one request at a time on "
