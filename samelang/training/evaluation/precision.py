@@ -22,7 +22,7 @@ from pydantic import Field
 from samelang.core.models.base_model import BASE_MODEL_NAME
 from samelang.core.models.encoder import Encoder
 from samelang.core.models.folder import SHIPPED_RECORDS, record_precision, write_card_section
-from samelang.core.models.precision import EngineOptions, cpu_has_bf16, cpu_model, precision_device
+from samelang.core.models.precision import EngineOptions, cpu_has_bf16, cpu_model, cpu_summary, precision_device
 from samelang.core.models.reranker import CrossEncoderReranker
 from samelang.core.options import StrList
 from samelang.core.settings import settings
@@ -214,7 +214,7 @@ class PrecisionEvaluation:
 
     def how(self) -> str:
         o = self.options
-        where = device_name(self.device) if self.on_gpu else cpu_model()
+        where = device_name(self.device) if self.on_gpu else cpu_summary()
         return (
             f"Measured on {where} (class {self.record_key}; {self.cfg.threads or 'all'} threads): speed = median of "
             f"{o.repeats} runs over the first 64 English test paragraphs (bi-encoder) or one query x 20 paragraphs "
