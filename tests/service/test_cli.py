@@ -65,6 +65,7 @@ def test_serve_runs_the_shipped_defaults(served, base_model_path):
         "candidates": card["candidates"],
         "reader": default_reader(None).name if default_reader(None) else None,  # the shipped reader, when trained
         "reranks_by_default": reranks,
+        "not_measured_on": {},  # the shipped models are the ones models/serving.json was measured on
     }
     assert info["encoder"]["name"] == retriever and info["index"]["source"] == "xquad:en:all"
     if card["reranker"] in ("none", "cosine"):

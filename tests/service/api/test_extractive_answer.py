@@ -48,8 +48,9 @@ def test_the_request_mode_wins_and_extractive_streams_one_token(reader_url):
 
 
 def test_below_its_threshold_the_reader_answers_nothing(service_settings, pipeline, tiny_reader, samelang_home):
-    unsure = ExtractiveReader(tiny_reader, home=samelang_home, threshold=1e9)
-    with running(make_app(service_settings, pipeline, reader=unsure)) as url, httpx.Client(base_url=url) as c:
+    unsure = ExtractiveReader(tiny_reader, home=samelang_home, threshold=1e9).load()  # as a server loads it
+    app = make_app(service_settings, pipeline, reader=unsure)
+    with running(app) as url, httpx.Client(base_url=url, timeout=120) as c:
         body = c.post("/answer", json={"query": QUESTION, "answer_mode": "extractive"}).raise_for_status().json()
     assert body["answer"] is None and body["citations"] == [] and body["passages"]
 
