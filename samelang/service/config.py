@@ -243,10 +243,10 @@ class ServiceSettings(Limits, StoreOptions):
             out["model"] = str(self.model)
         if (
             self.reranker
-            and self.reranker.lower() != "cosine"
+            and str(self.reranker).lower() != "cosine"
             and not is_measured_model(self.reranker, measured.reranker, self.home)
         ):
-            out["reranker"] = self.reranker
+            out["reranker"] = str(self.reranker)
         return out
 
     def pipeline_defaults(self) -> Defaults:

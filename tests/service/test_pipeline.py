@@ -133,6 +133,8 @@ def test_bad_language_preference_is_a_422_naming_the_field(client12, pref):
 def test_info_names_the_served_components(client12):
     info = client12.get("/info").json()
     measured = info["defaults"].pop("measured")
+    # the base model is not the retriever models/serving.json was measured on: neutral defaults, said so
+    assert list(info["defaults"].pop("not_measured_on")) == ["model"]
     assert info["defaults"] == {"retriever": "multilingual-e5-small", "lexical_weight": None, "reranker": None,
                                 "rerank_k": None, "rerank_fusion": None, "candidates": "groups", "reader": None,
                                 "reranks_by_default": False}  # fmt: skip

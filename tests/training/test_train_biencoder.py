@@ -63,15 +63,15 @@ def test_hard_negatives_join_the_target_query_candidates():
     same-article negative; a negative that is another row's positive is left out."""
     import torch
 
-    from samelang.training.biencoder import compute_loss
+    from samelang.training.biencoder import PASSAGE, QUERY, compute_loss
     from samelang.training.data import Triplet
     from samelang.training.losses import InfoNCELoss, JSDLoss
 
     gen = torch.Generator().manual_seed(0)
     table: dict[str, torch.Tensor] = {}
 
-    def module(texts, prefix):  # a fixed random vector per text: the loss assembly is under test
-        return torch.stack([table.setdefault(prefix + t, torch.randn(8, generator=gen)) for t in texts])
+    def module(texts, role):  # a fixed random vector per text and role: the loss assembly is under test
+        return torch.stack([table.setdefault(f"{role}:{t}", torch.randn(8, generator=gen)) for t in texts])
 
     rows = [
         Triplet("q0", "pe0", "pt0", "de", "g0", 1, "qt0", p_neg="pt9", neg_group="g9"),
@@ -80,8 +80,8 @@ def test_hard_negatives_join_the_target_query_candidates():
     ]
     nce = InfoNCELoss(0.05)
     parts = compute_loss(module, "jsd+nce", rows, JSDLoss(), nce, target_queries=True, hard_negatives=True)
-    q = module(["qt0", "qt1", "qt2"], "query: ")
-    cands = module(["pt0", "pt1", "pt2", "pt9", "pt8"], "passage: ")
+    q = module(["qt0", "qt1", "qt2"], QUERY)  # the role whose prompt the module adds
+    cands = module(["pt0", "pt1", "pt2", "pt9", "pt8"], PASSAGE)
     assert parts["nce_qt"].item() == pytest.approx(nce(q, cands).item(), rel=1e-6)
     plain = compute_loss(module, "jsd+nce", rows, JSDLoss(), nce, target_queries=True)
     assert plain["nce_qt"].item() == pytest.approx(nce(q, cands[:3]).item(), rel=1e-6)
