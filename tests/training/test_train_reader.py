@@ -51,6 +51,13 @@ def test_windows_are_the_ones_transformers_makes_without_transformers(base_model
     questions = [q.question for q, _ in data] + ["Why? " * 80]  # the last is cut to a third of the window
     passages = [q.context * 3 for q, _ in data] + [data[0][0].context]
     got = Windows(tok, 128, 32).features(questions, passages)
+    # served, the engine's own tokenizer (truncating at the model's length) cuts the questions: the same windows
+    from samelang.core.models.onnx_export import backend_tokenizer
+
+    engines = backend_tokenizer(tok)
+    engines.enable_truncation(512)
+    served = Windows(engines, 128, 32)
+    assert served.plain is engines and served.features(questions, passages) == got
     cut = [q if len(tok.tokenize(q)) <= 42 else None for q in questions]
     want = tok([q or "x" for q in cut], passages, truncation="only_second", max_length=128, stride=32,
                return_overflowing_tokens=True, return_offsets_mapping=True)  # fmt: skip
