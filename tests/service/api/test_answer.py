@@ -35,6 +35,7 @@ def openai_stub(gen: LlamaCppGenerator, fail_first: int = 0, hold: threading.Eve
     app = FastAPI()
     app.state.calls = 0
     app.state.answered = 0
+    app.state.arrived = threading.Semaphore(0)  # released once per request that reached the handler
 
     @app.get("/v1/models")
     def models():
@@ -45,6 +46,7 @@ def openai_stub(gen: LlamaCppGenerator, fail_first: int = 0, hold: threading.Eve
         from fastapi.responses import JSONResponse
 
         app.state.calls += 1
+        app.state.arrived.release()
         if app.state.calls <= fail_first:
             return _error()
         if context is not None and len(req.prompt) > context:
@@ -129,6 +131,9 @@ def test_openai_generator_timeout_and_retries(gemma):
         try:
             with pytest.raises(GeneratorUnavailable, match="after 2 attempts"):
                 gen.generate("Question: x\nAnswer:", 4)
+            # the client gives up on its own clock; on a loaded machine the server may reach the second
+            # request's handler only after that, so wait for both arrivals rather than read the count at once
+            assert stub.state.arrived.acquire(timeout=60) and stub.state.arrived.acquire(timeout=60)
             assert stub.state.calls == 2 and stub.state.answered == 0
         finally:
             hold.set()
