@@ -66,7 +66,7 @@ from samelang.core.models.precision import EngineOptions, cpu_has_bf16, resolve
 from samelang.core.models.reranker import CrossEncoderReranker
 from samelang.core.paths import PERFORMANCE_DOC
 from samelang.corpora import XQUAD_LANGS, load_xquad
-from samelang.indexes.atomic import atomic_dir, atomic_write_text
+from samelang.ground.atomic import atomic_dir, atomic_write_text
 from samelang.indexes.generations import IndexNotFound, current_generation
 from samelang.indexes.index import open_index
 from samelang.indexes.writes import build_index

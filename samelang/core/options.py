@@ -189,3 +189,17 @@ def reproduce_command(prog: str, options: BaseSettings, *, skip: Iterable[str] =
 def documented(cls: type[BaseSettings]) -> list[tuple[str, str, str]]:
     """(flag, env variable, help) of every option: what ``--help`` prints for each flag comes from here."""
     return [(flag_name(n), env_name(cls, n), option_help(cls, n)) for n in cls.model_fields]
+
+
+def usage_errors(fn):
+    """Errors of the user's making (a folder that holds the wrong thing, no model to evaluate)
+    become usage errors, not tracebacks."""
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except (ValueError, FileNotFoundError) as e:
+            raise typer.BadParameter(str(e)) from e
+
+    return run

@@ -35,21 +35,11 @@ import shutil
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 FORMAT_VERSION = 1
 CURRENT = "CURRENT"
 READERS = "READERS"  # per generation: readers hold a shared lock on it
-
-
-@dataclass(frozen=True)
-class ModelInfo:
-    """What the index records about the embedding model that built it."""
-
-    name: str
-    fingerprint: str
-    dim: int
 
 
 class IndexError_(RuntimeError):

@@ -104,7 +104,7 @@ def index_build(cfg: IndexBuildOptions) -> None:
         load_documents_jsonl,
         load_xquad,
     )
-    from samelang.indexes.langid import (
+    from samelang.ground.langid import (
         get_identifier,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
     )
     from samelang.indexes.vectors import (
@@ -146,7 +146,7 @@ def index_add(cfg: IndexAddOptions) -> None:
     from samelang.corpora import (
         load_documents_jsonl,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
     )
-    from samelang.indexes.langid import (
+    from samelang.ground.langid import (
         get_identifier,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
     )
     from samelang.indexes.writes import (

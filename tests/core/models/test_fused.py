@@ -9,8 +9,8 @@ import pytest
 
 from samelang.corpora import load_xquad
 from samelang.corpora.records import Document
+from samelang.ground.langid import get_identifier
 from samelang.indexes.index import open_index
-from samelang.indexes.langid import get_identifier
 from samelang.indexes.writes import build_index
 
 ARTICLES = (2, 5)  # two held-out test articles

@@ -14,9 +14,9 @@ import httpx
 import pytest
 
 from samelang.corpora import load_xquad
+from samelang.evaluation.shapes import present_versions
 from samelang.indexes.index import open_index
 from samelang.indexes.writes import build_index
-from samelang.training.evaluation.shapes import present_versions
 from tests.service.conftest import make_app, running
 
 ROOT = Path(__file__).resolve().parents[3]

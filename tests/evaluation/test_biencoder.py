@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from samelang.training.evaluation.biencoder import Embeddings, evaluate, markdown, markdown_ablation
+from samelang.evaluation.biencoder import Embeddings, evaluate, markdown, markdown_ablation
 
 
 def planted(shift_tgt: float) -> Embeddings:

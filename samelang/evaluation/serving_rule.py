@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from samelang.corpora import XQUAD_LANGS
-from samelang.indexes.atomic import atomic_write_text
+from samelang.ground.atomic import atomic_write_text
 from samelang.service.registry import REPO_MODELS
 
 SHAPES = ("parallel", "partial", "one", "mono")

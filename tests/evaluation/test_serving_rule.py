@@ -3,7 +3,7 @@ shape puts more than a point below the base model, ties to the simpler row."""
 
 from __future__ import annotations
 
-from samelang.training.evaluation import serving_rule as R
+from samelang.evaluation import serving_rule as R
 
 
 def _result(**primary):

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from samelang.core.metrics.audit import LabelledQuery
-from samelang.training.evaluation import answers as A
+from samelang.evaluation import answers as A
 
 
 def _q(query, lang):

@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 
 from samelang.corpora import Document
-from samelang.indexes import atomic as A
-from samelang.indexes.generations import ModelInfo
+from samelang.ground import atomic as A
+from samelang.ground.identity import ModelInfo
 from samelang.indexes.index import open_index
 from samelang.indexes.writes import build_index
 
@@ -49,7 +49,7 @@ CHILD = textwrap.dedent(
     """
     import os, signal, sys
     from pathlib import Path
-    import samelang.indexes.atomic as A
+    import samelang.ground.atomic as A
     import samelang.indexes.writes as I
     from tests.indexes.test_atomic import MODEL, corpus, embed
 

@@ -22,8 +22,21 @@ from tqdm.auto import tqdm
 
 from samelang.core.models.folder import replace_section
 from samelang.core.models.precision import cpu_summary
+from samelang.corpora import dev_articles
 from samelang.corpora.store import CorpusMissing
-from samelang.indexes.atomic import atomic_write_text
+from samelang.evaluation.common import Report
+from samelang.evaluation.ood import OutOfDomain, ood_summary, ood_table
+from samelang.evaluation.serving_rule import (
+    ShapeRow,
+    markdown,
+    primary_table,
+    reader_table,
+    serving_rule,
+    to_json,
+    write_serving,
+)
+from samelang.evaluation.shapes import ShapeJudge, summarise
+from samelang.ground.atomic import atomic_write_text
 from samelang.service.components import Components, load_components
 from samelang.service.config import ServiceSettings
 from samelang.service.registry import (
@@ -33,19 +46,6 @@ from samelang.service.registry import (
     shipped_biencoders,
     shipped_cross_encoders,
 )
-from samelang.training.data import dev_articles
-from samelang.training.evaluation.common import Report
-from samelang.training.evaluation.ood import OutOfDomain, ood_summary, ood_table
-from samelang.training.evaluation.serving_rule import (
-    ShapeRow,
-    markdown,
-    primary_table,
-    reader_table,
-    serving_rule,
-    to_json,
-    write_serving,
-)
-from samelang.training.evaluation.shapes import ShapeJudge, summarise
 
 DEV_ARTICLES = 3  # the trainers' default --dev-n-articles: the train articles no model here trains on
 # BM25 weights the shipped bi-encoders' hybrid rows run with (the fused grid's range,
@@ -183,7 +183,7 @@ def run_shapes(options, doc: Path | None = None, log=print):
     test-article shapes (the report), the chosen row also through HTTP; ``--card`` writes
     ``models/serving.json`` and ``docs/evaluation.md``'s section; ``--tiny``: a few paragraphs
     and questions of each shape, nothing written but the report (seconds)."""
-    from samelang.training.evaluation.fusion import tuned_weights  # deferred: keeps torch out of start-up
+    from samelang.evaluation.fusion import tuned_weights  # deferred: keeps torch out of start-up
 
     home = options.home
     t0 = time.perf_counter()
@@ -263,7 +263,7 @@ def run_ood_only(options, doc: Path | None = None, log=print) -> Report:
     its chosen row; with ``--card`` the table replaces the out-of-domain paragraph of
     ``docs/evaluation.md``'s shapes section and lands in ``serving.json`` (``ood``). Why apart: the
     XQuAD shapes take an hour on 2 cores and their numbers do not change with this shape's."""
-    from samelang.training.evaluation.fusion import tuned_weights  # deferred: keeps torch out of start-up
+    from samelang.evaluation.fusion import tuned_weights  # deferred: keeps torch out of start-up
 
     t0 = time.perf_counter()
     if not SERVED_DEFAULTS.exists():

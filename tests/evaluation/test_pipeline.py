@@ -10,7 +10,7 @@ import pytest
 
 from samelang.core.metrics import audit as A
 from samelang.core.metrics import retrieval as M
-from samelang.training.evaluation import pipeline as ev
+from samelang.evaluation import pipeline as ev
 
 
 def test_reader_metrics_on_hand_made_lists():
@@ -95,9 +95,9 @@ def test_score_cache_scores_each_pair_once_and_survives_a_restart(tmp_path):
 
 
 def test_served_defaults_file_drives_the_service(tmp_path, monkeypatch):
+    from samelang.evaluation import serving_rule as S
     from samelang.service import registry
     from samelang.service.config import ServiceSettings
-    from samelang.training.evaluation import serving_rule as S
 
     def results(*rows):
         res = {s: {S.PRIMARY[s]: {"mean": 90.0}} for s in S.SHAPES}
@@ -200,10 +200,9 @@ def test_eval_pipeline_command_end_to_end(tmp_path, samelang_home):
 
 
 def test_fusion_weights_are_tuned_on_articles_the_model_never_saw(tmp_path, base_model_path):
-    from samelang.corpora import load_split
+    from samelang.corpora import dev_articles, load_split
+    from samelang.evaluation import fusion
     from samelang.service.registry import ALIGNED_BIENCODER
-    from samelang.training.data import dev_articles
-    from samelang.training.evaluation import fusion
 
     test = set(load_split()["test_articles"])
     articles, why = fusion.tuning_articles(base_model_path)  # never trained on XQuAD: every train article

@@ -12,9 +12,9 @@ import pytest
 from samelang.core.metrics.audit import LabelledQuery
 from samelang.core.paths import REPO_MODELS
 from samelang.corpora import XQUAD_LANGS, load_xquad
+from samelang.evaluation import shapes as S
+from samelang.evaluation import shapes_run as SR
 from samelang.service.registry import shipped_cross_encoders
-from samelang.training.evaluation import shapes as S
-from samelang.training.evaluation import shapes_run as SR
 
 
 def _groups(split="all"):
@@ -81,7 +81,7 @@ def test_metrics_on_hand_made_lists():
 
 @pytest.fixture(scope="module")
 def tiny(samelang_home, tmp_path_factory):
-    from samelang.training.evaluation.pipeline import PipelineEvalOptions
+    from samelang.evaluation.pipeline import PipelineEvalOptions
 
     serving = REPO_MODELS / "serving.json"
     before = serving.read_bytes()

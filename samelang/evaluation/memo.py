@@ -14,9 +14,9 @@ import numpy as np
 
 from samelang.core.models.precision import EngineOptions
 from samelang.core.models.reranker import CrossEncoderReranker
-from samelang.indexes.atomic import atomic_write_bytes
+from samelang.evaluation.reranker import score_identity
+from samelang.ground.atomic import atomic_write_bytes
 from samelang.service.results import SearchOptions
-from samelang.training.evaluation.reranker import score_identity
 
 SCORE_CACHE_VERSION = "pipeline-scores-v1"  # bump when what a cached score means changes
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -28,14 +27,14 @@ from tqdm.auto import tqdm
 from samelang.core import metrics as M
 from samelang.core.models.base_model import ensure_base_model
 from samelang.core.models.encoder import Encoder
-from samelang.core.models.folder import EVAL_RESULTS, read_history, read_training_args, write_card_section
+from samelang.core.models.folder import EVAL_RESULTS, write_card_section
 from samelang.core.models.model_card import DATA_AND_LICENCES, EVAL_HEADING
 from samelang.core.models.precision import EngineOptions
-from samelang.core.options import PathList, StrList, parse_options
+from samelang.core.options import PathList
 from samelang.core.settings import settings
 from samelang.corpora import XQUAD_LANGS, load_xquad
-from samelang.indexes.atomic import atomic_write_bytes, atomic_write_text
-from samelang.training.evaluation.common import EvalOptions, Report
+from samelang.evaluation.common import EvalOptions, Report
+from samelang.ground.atomic import atomic_write_bytes, atomic_write_text
 
 TARGETS = tuple(x for x in XQUAD_LANGS if x != "en")
 
@@ -196,7 +195,6 @@ def save(results: dict, path: Path) -> None:
 
 
 # ----------------------------------------------------------------------------- the command's object
-ABLATION_LOSSES = ("jsd+nce", "nce", "jsd", "nce-psg")
 
 
 class BiencoderEvalOptions(EvalOptions):
@@ -249,54 +247,3 @@ class BiencoderEvaluation:
             name = Path(path).name
             scores = {k: results[k] for k in ("base", name) if k in results}
             atomic_write_text(Path(path) / EVAL_RESULTS, json.dumps(scores, indent=2) + "\n")
-
-
-class AblationOptions(EvalOptions):
-    """Options of ``samelang eval biencoder-ablation``."""
-
-    runs: Path = Field(Path("runs/ablation"), description="One sub-folder per loss setting.")
-    losses: StrList = Field(list(ABLATION_LOSSES), description="Loss settings to train and compare.")
-    train_args: str = Field(
-        "", description="Flags for `samelang train biencoder`, the same for every setting (e.g. '--per-lang 256')."
-    )
-
-
-class BiencoderAblation:
-    """The seed's ablation from one command: train each loss setting with the same flags, then
-    evaluate all; a setting whose folder already holds a finished model is evaluated, not retrained."""
-
-    def __init__(self, options: AblationOptions, log=print):
-        self.options, self.log = options, log
-
-    def train_missing(self) -> dict[str, dict]:
-        from samelang.training.biencoder import (  # deferred: keeps torch out of start-up
-            BiencoderArgs,
-            train_biencoder,
-        )
-
-        info = {}
-        for loss in self.options.losses:
-            folder = self.options.runs / loss
-            if read_training_args(folder) is None:
-                self.log(f"training {loss} -> {folder}")
-                argv = ["--out", str(folder), *shlex.split(self.options.train_args), "--loss", loss]
-                train_biencoder(parse_options(BiencoderArgs, argv), log=self.log)
-            targs = read_training_args(folder)
-            if targs["loss"] != loss:
-                raise ValueError(f"{folder} holds a model trained with --loss {targs['loss']}")
-            info[loss] = {**targs, "steps": len(read_history(folder) or [])}
-        return info
-
-    def run(self) -> Report:
-        info = self.train_missing()
-        budgets = {(i["batch_size"], i["steps"], i["max_length"], i["lr"], i["per_lang"]) for i in info.values()}
-        evaluation = BiencoderEvaluation(BiencoderEvalOptions(home=self.options.home, base=True))
-        names = list(self.options.losses)
-        results = evaluation.evaluate([self.options.runs / x for x in names], names)
-        table = markdown_ablation(results, info)
-        if len(budgets) > 1:
-            table += "\n\nWARNING: the runs do not share one budget (batch, steps, max length, lr, per-lang differ)."
-        runs = self.options.runs
-        atomic_write_text(runs / "ablation.json", json.dumps({"runs": info, "results": results}, indent=2))
-        atomic_write_text(runs / "ablation.md", table + "\n\n" + markdown(results) + "\n")
-        return Report(table, {"runs": info, "results": results})

@@ -27,10 +27,10 @@ from samelang.core.models.reranker import CrossEncoderReranker
 from samelang.core.options import StrList
 from samelang.core.settings import settings
 from samelang.corpora import load_xquad
+from samelang.evaluation import reranker as ev
+from samelang.evaluation.biencoder import embed_xquad, evaluate
+from samelang.evaluation.common import EvalOptions, Report
 from samelang.service.registry import default_cross_encoder, default_weights
-from samelang.training.evaluation import reranker as ev
-from samelang.training.evaluation.biencoder import embed_xquad, evaluate
-from samelang.training.evaluation.common import EvalOptions, Report
 
 BIENCODER_METRICS = ("max_r_norm", "mono_same_ndcg10")
 RERANKER_METRICS = ("oracle_ndcg_at_1", "mono_same_ndcg10")

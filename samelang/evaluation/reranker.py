@@ -42,10 +42,10 @@ from samelang.core.models.reranker import CrossEncoderReranker
 from samelang.core.options import PathList, StrList
 from samelang.core.settings import settings
 from samelang.corpora import XQUAD_LANGS, load_xquad
-from samelang.indexes.atomic import atomic_write_text
+from samelang.evaluation.biencoder import Embeddings, embed_xquad
+from samelang.evaluation.common import EvalOptions, Report
+from samelang.ground.atomic import atomic_write_text, cached_array
 from samelang.service.registry import default_cross_encoder, default_weights
-from samelang.training.evaluation.biencoder import Embeddings, embed_xquad
-from samelang.training.evaluation.common import EvalOptions, Report
 
 TOP_K = 20
 
@@ -97,8 +97,6 @@ def cached_scorer(scorer: Scorer, cache_dir, identity: str) -> Scorer:
     """``scorer`` with its scores kept on disk, keyed by ``identity`` (model fingerprint and
     settings) and the exact pairs: re-running an evaluation, adding rows or re-writing cards
     does not re-score ~5k-150k pairs through a cross-encoder."""
-
-    from samelang.training.loop import cached_array  # deferred: keeps torch out of start-up
 
     def score(pairs: list[Pair]) -> np.ndarray:
         h = hashlib.sha256(identity.encode())

@@ -26,14 +26,12 @@ from samelang.core.models.base_model import ensure_base_model
 from samelang.core.models.encoder import Encoder
 from samelang.core.models.folder import read_training_args
 from samelang.core.options import StrList
-from samelang.corpora import XQUAD_LANGS, load_split, load_xquad
-from samelang.indexes.atomic import atomic_write_text
+from samelang.corpora import XQUAD_LANGS, dev_articles, load_split, load_xquad
+from samelang.evaluation.biencoder import embed_xquad
+from samelang.evaluation.common import EvalOptions, Report
+from samelang.ground.atomic import atomic_write_text, cached_array
 from samelang.indexes.lexical import LexicalIndex, fuse
 from samelang.service.registry import BASE, REPO_MODELS
-from samelang.training.data import dev_articles
-from samelang.training.evaluation.biencoder import embed_xquad
-from samelang.training.evaluation.common import EvalOptions, Report
-from samelang.training.loop import cached_array
 
 WEIGHTS = (0.0, 0.02, 0.04, 0.06, 0.08, 0.1, 0.12, 0.15, 0.2, 0.3)
 

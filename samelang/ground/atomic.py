@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import io
 import os
 import shutil
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+import numpy as np
 
 
 def _fsync_dir(path: Path) -> None:
@@ -136,3 +139,17 @@ def atomic_write_bytes(target: str | Path, data: bytes) -> None:
 
 def atomic_write_text(target: str | Path, text: str) -> None:
     atomic_write_bytes(target, text.encode("utf-8"))
+
+
+def cached_array(path: Path, compute) -> np.ndarray:
+    """``np.load(path)`` when it exists, else ``compute()`` saved atomically to ``path`` (``.npy``):
+    the disk cache of teacher scores and of evaluation scores."""
+
+    path = Path(path)
+    if path.exists():
+        return np.load(path)
+    out = compute()
+    buf = io.BytesIO()
+    np.save(buf, out)
+    atomic_write_bytes(path, buf.getvalue())
+    return out

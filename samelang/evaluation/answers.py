@@ -36,14 +36,14 @@ from samelang.core.models.precision import cpu_summary
 from samelang.core.models.reader import ExtractiveReader
 from samelang.core.options import StrList
 from samelang.corpora import XQUAD_LANGS, load_xquad
-from samelang.indexes.atomic import atomic_write_text
+from samelang.evaluation.common import EvalOptions, Report
+from samelang.evaluation.memo import bootstrap_ci
+from samelang.evaluation.serving_rule import ShapeRow
+from samelang.evaluation.shapes import ShapeJudge
+from samelang.ground.atomic import atomic_write_text
 from samelang.service.components import Components, load_components
 from samelang.service.config import ServiceSettings
 from samelang.service.registry import SERVED_DEFAULTS, default_reader, served_defaults
-from samelang.training.evaluation.common import EvalOptions, Report
-from samelang.training.evaluation.memo import bootstrap_ci
-from samelang.training.evaluation.serving_rule import ShapeRow
-from samelang.training.evaluation.shapes import ShapeJudge
 
 ANSWER_SECTION = "## What /answer says (answer F1 per language)"
 MODES = ("extractive", "generative")

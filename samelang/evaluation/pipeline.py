@@ -60,19 +60,11 @@ from samelang.core.models.precision import EngineOptions
 from samelang.core.models.reranker import CosineReranker
 from samelang.core.options import StrList
 from samelang.corpora import XQUAD_LANGS, load_xquad
-from samelang.indexes.index import open_index
-from samelang.indexes.langid import get_identifier
-from samelang.service.components import Components, load_components
-from samelang.service.config import ServiceSettings
-from samelang.service.limits import Limits
-from samelang.service.pipeline import Pipeline
-from samelang.service.registry import ALIGNED_BIENCODER, BASE, LAMAR_RERANKER, ensure_demo_index, served_defaults
-from samelang.service.results import Defaults, SearchOptions
-from samelang.training.corpus import CorporaOption
-from samelang.training.evaluation.biencoder import embed_xquad
-from samelang.training.evaluation.common import EvalOptions, Report
-from samelang.training.evaluation.memo import CachedReranker, MemoEncoder, bootstrap_ci, search_p50_ms
-from samelang.training.evaluation.pipeline_table import (
+from samelang.corpora.store import CorporaOption
+from samelang.evaluation.biencoder import embed_xquad
+from samelang.evaluation.common import EvalOptions, Report
+from samelang.evaluation.memo import CachedReranker, MemoEncoder, bootstrap_ci, search_p50_ms
+from samelang.evaluation.pipeline_table import (
     STRATEGIES,
     Row,
     best_row,
@@ -80,6 +72,14 @@ from samelang.training.evaluation.pipeline_table import (
     markdown,
     write_doc_section,
 )
+from samelang.ground.langid import get_identifier
+from samelang.indexes.index import open_index
+from samelang.service.components import Components, load_components
+from samelang.service.config import ServiceSettings
+from samelang.service.limits import Limits
+from samelang.service.pipeline import Pipeline
+from samelang.service.registry import ALIGNED_BIENCODER, BASE, LAMAR_RERANKER, ensure_demo_index, served_defaults
+from samelang.service.results import Defaults, SearchOptions
 
 TOP_K, CANDIDATES, SAMPLE_PER_LANG = 10, 20, 48
 TARGETS = tuple(x for x in XQUAD_LANGS if x != "en")
@@ -413,7 +413,7 @@ def evaluation_from(options: PipelineEvalOptions, log=print) -> PipelineEvaluati
 
     home = options.home
     base = ensure_base_model(home)
-    from samelang.training.evaluation.fusion import tuned_weights  # deferred: keeps torch out of start-up
+    from samelang.evaluation.fusion import tuned_weights  # deferred: keeps torch out of start-up
 
     found = {BASE: base, **({ALIGNED_BIENCODER.name: ALIGNED_BIENCODER} if ALIGNED_BIENCODER.exists() else {})}
     retrievers = {k: (base if str(v) == BASE else v) for k, v in _named(options.retriever, found).items()}

@@ -56,16 +56,16 @@ from samelang.core.models.precision import EngineOptions
 from samelang.core.models.reranker import CosineReranker
 from samelang.corpora import XQUAD_LANGS, load_xquad
 from samelang.corpora.records import Document
+from samelang.evaluation.biencoder import embed_xquad
+from samelang.evaluation.memo import CachedReranker, MemoEncoder, bootstrap_ci, search_p50_ms
+from samelang.evaluation.serving_rule import PRIMARY, SHAPES, ShapeRow
+from samelang.ground.langid import get_identifier
 from samelang.indexes.index import open_index
-from samelang.indexes.langid import get_identifier
 from samelang.indexes.writes import build_index
 from samelang.service.limits import Limits
 from samelang.service.pipeline import Pipeline
 from samelang.service.registry import open_encoder, resolve_model
 from samelang.service.results import Defaults, SearchOptions
-from samelang.training.evaluation.biencoder import embed_xquad
-from samelang.training.evaluation.memo import CachedReranker, MemoEncoder, bootstrap_ci, search_p50_ms
-from samelang.training.evaluation.serving_rule import PRIMARY, SHAPES, ShapeRow
 
 P_EN, P_OTHER = 0.6, 0.25
 # questions per language a reranked row runs on (1,152 test questions in all: a found@1 near 70% has a 95%

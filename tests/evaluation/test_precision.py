@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from samelang.core.models.precision import EngineOptions, precision_device, resolve
-from samelang.training.evaluation.precision import BIENCODER_METRICS, choose, markdown, write_inference_card
+from samelang.evaluation.precision import BIENCODER_METRICS, choose, markdown, write_inference_card
 
 
 def rows(int8_loss: float, int8_speed: float = 2.0) -> list[dict]:

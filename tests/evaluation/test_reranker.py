@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from samelang.training.evaluation.biencoder import Embeddings
-from samelang.training.evaluation.reranker import Pair, cosine_scorer, evaluate_reranker, heatmap_png, markdown
+from samelang.evaluation.biencoder import Embeddings
+from samelang.evaluation.reranker import Pair, cosine_scorer, evaluate_reranker, heatmap_png, markdown
 
 LANGS = ("en", "zh", "th")
 
@@ -77,7 +77,7 @@ def test_max_questions_and_missed_relevant_paragraphs():
 
 
 def test_cached_scorer_scores_each_pair_set_once(tmp_path):
-    from samelang.training.evaluation.reranker import cached_scorer
+    from samelang.evaluation.reranker import cached_scorer
 
     emb, calls = planted(), []
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from samelang.core.metrics.language_bias import language_bias
-from samelang.training.evaluation.bias_audit import bias_interval, language_blind
+from samelang.evaluation.bias_audit import bias_interval, language_blind
 
 
 def test_interval_and_language_blind_floor():

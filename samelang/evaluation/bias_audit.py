@@ -32,13 +32,13 @@ from pydantic import Field
 from samelang.core.metrics.language_bias import language_bias
 from samelang.core.models.folder import replace_section
 from samelang.core.models.precision import cpu_summary
+from samelang.evaluation.common import EvalOptions
+from samelang.evaluation.memo import bootstrap_ci
+from samelang.evaluation.serving_rule import ShapeRow
+from samelang.evaluation.shapes import RERANK_PER_LANG, ShapeJudge
 from samelang.service.diagnosis import BIAS_K, diagnose, live_rows, sample_queries
 from samelang.service.registry import REPO_MODELS
 from samelang.service.results import SearchOptions
-from samelang.training.evaluation.common import EvalOptions
-from samelang.training.evaluation.memo import bootstrap_ci
-from samelang.training.evaluation.serving_rule import ShapeRow
-from samelang.training.evaluation.shapes import RERANK_PER_LANG, ShapeJudge
 
 SAMPLE = 240  # 20 per language on a 12-language index
 SHAPES = ("partial", "parallel")
