@@ -261,9 +261,9 @@ def test_no_history_words_in_the_package():
 
 
 def test_the_model_folder_format_has_one_owner():
-    """The file names of a model folder appear in samelang/core/models/folder.py only."""
+    """The file names of a model folder appear in samelang/core/folder.py only."""
     names = ("adapter_config.json", "samelang_manifest.json", "inference.json")
-    owner = PACKAGE / "core" / "models" / "folder.py"
+    owner = PACKAGE / "core" / "folder.py"
     found = [
         f"{path.relative_to(ROOT)}: {name}"
         for path in [*PACKAGE.rglob("*.py"), *(ROOT / "scripts").rglob("*.py")]

@@ -62,9 +62,9 @@ from samelang.bench.soak import format_soak, soak
 from samelang.bench.stream import bench_stream
 from samelang.bench.train import format_train_table, run_train
 from samelang.core.models.encoder import Encoder
-from samelang.core.models.precision import EngineOptions, cpu_has_bf16, resolve
 from samelang.core.models.reranker import CrossEncoderReranker
 from samelang.core.paths import PERFORMANCE_DOC
+from samelang.core.runtime.precision import EngineOptions, cpu_has_bf16, resolve
 from samelang.corpora import XQUAD_LANGS, load_xquad
 from samelang.ground.atomic import atomic_dir, atomic_write_text
 from samelang.indexes.generations import IndexNotFound, current_generation

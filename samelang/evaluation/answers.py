@@ -30,11 +30,11 @@ import numpy as np
 from pydantic import Field
 from tqdm.auto import tqdm
 
+from samelang.core.folder import replace_section, write_card_section
 from samelang.core.metrics.answers import answer_f1, exact_match
-from samelang.core.models.folder import replace_section, write_card_section
-from samelang.core.models.precision import cpu_summary
 from samelang.core.models.reader import ExtractiveReader
 from samelang.core.options import StrList
+from samelang.core.runtime.precision import cpu_summary
 from samelang.corpora import XQUAD_LANGS, load_xquad
 from samelang.evaluation.common import EvalOptions, Report
 from samelang.evaluation.memo import bootstrap_ci

@@ -29,9 +29,9 @@ from pathlib import Path
 import numpy as np
 from pydantic import Field
 
+from samelang.core.folder import replace_section
 from samelang.core.metrics.language_bias import language_bias
-from samelang.core.models.folder import replace_section
-from samelang.core.models.precision import cpu_summary
+from samelang.core.runtime.precision import cpu_summary
 from samelang.evaluation.common import EvalOptions
 from samelang.evaluation.memo import bootstrap_ci
 from samelang.evaluation.serving_rule import ShapeRow

@@ -25,12 +25,12 @@ from pydantic import Field
 from tqdm.auto import tqdm
 
 from samelang.core import metrics as M
+from samelang.core.folder import EVAL_RESULTS, write_card_section
 from samelang.core.models.base_model import ensure_base_model
 from samelang.core.models.encoder import Encoder
-from samelang.core.models.folder import EVAL_RESULTS, write_card_section
 from samelang.core.models.model_card import DATA_AND_LICENCES, EVAL_HEADING
-from samelang.core.models.precision import EngineOptions
 from samelang.core.options import PathList
+from samelang.core.runtime.precision import EngineOptions
 from samelang.core.settings import settings
 from samelang.corpora import XQUAD_LANGS, load_xquad
 from samelang.evaluation.common import EvalOptions, Report

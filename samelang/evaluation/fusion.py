@@ -22,9 +22,9 @@ from pathlib import Path
 import numpy as np
 from pydantic import Field
 
+from samelang.core.folder import read_training_args
 from samelang.core.models.base_model import ensure_base_model
 from samelang.core.models.encoder import Encoder
-from samelang.core.models.folder import read_training_args
 from samelang.core.options import StrList
 from samelang.corpora import XQUAD_LANGS, dev_articles, load_split, load_xquad
 from samelang.evaluation.biencoder import embed_xquad

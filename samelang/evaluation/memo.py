@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from samelang.core.models.precision import EngineOptions
 from samelang.core.models.reranker import CrossEncoderReranker
+from samelang.core.runtime.precision import EngineOptions
 from samelang.evaluation.reranker import score_identity
 from samelang.ground.atomic import atomic_write_bytes
 from samelang.service.results import SearchOptions

@@ -56,9 +56,9 @@ from samelang.core.metrics import audit as A
 from samelang.core.models.base_model import ensure_base_model
 from samelang.core.models.encoder import Encoder
 from samelang.core.models.generation import NoGenerator
-from samelang.core.models.precision import EngineOptions
 from samelang.core.models.reranker import CosineReranker
 from samelang.core.options import StrList
+from samelang.core.runtime.precision import EngineOptions
 from samelang.corpora import XQUAD_LANGS, load_xquad
 from samelang.corpora.store import CorporaOption
 from samelang.evaluation.biencoder import embed_xquad

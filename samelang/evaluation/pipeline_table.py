@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from samelang.core.models.folder import replace_section
-from samelang.core.models.precision import cpu_summary
+from samelang.core.folder import replace_section
+from samelang.core.runtime.precision import cpu_summary
 
 GRADED_TIE = 1.0  # graded nDCG@10 points within which tied rows count as equal (best_row)
 STRATEGIES = ("documents", "groups")
@@ -103,7 +103,7 @@ def markdown(rows: list[Row], chosen: Row | None = None, http: dict | None = Non
 
 
 def cpu_flags() -> str:
-    """The CPU and its speed-relevant SIMD features (:func:`~samelang.core.models.precision.cpu_summary`)."""
+    """The CPU and its speed-relevant SIMD features (:func:`~samelang.core.runtime.precision.cpu_summary`)."""
     return cpu_summary()
 
 

@@ -31,15 +31,15 @@ from typing import Literal, NamedTuple
 import numpy as np
 from pydantic import Field
 
+from samelang.core import folder
 from samelang.core import metrics as M
-from samelang.core.models import folder
+from samelang.core.folder import EVAL_RESULTS, write_card_section
 from samelang.core.models.base_model import ensure_base_model
 from samelang.core.models.encoder import Encoder
-from samelang.core.models.folder import EVAL_RESULTS, write_card_section
 from samelang.core.models.model_card import EVAL_HEADING
-from samelang.core.models.precision import EngineOptions
 from samelang.core.models.reranker import CrossEncoderReranker
 from samelang.core.options import PathList, StrList
+from samelang.core.runtime.precision import EngineOptions
 from samelang.core.settings import settings
 from samelang.corpora import XQUAD_LANGS, load_xquad
 from samelang.evaluation.biencoder import Embeddings, embed_xquad

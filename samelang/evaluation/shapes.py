@@ -52,8 +52,8 @@ from tqdm.auto import tqdm
 
 from samelang.core.metrics import audit as A
 from samelang.core.models.generation import NoGenerator
-from samelang.core.models.precision import EngineOptions
 from samelang.core.models.reranker import CosineReranker
+from samelang.core.runtime.precision import EngineOptions
 from samelang.corpora import XQUAD_LANGS, load_xquad
 from samelang.corpora.records import Document
 from samelang.evaluation.biencoder import embed_xquad

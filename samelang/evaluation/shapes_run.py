@@ -20,8 +20,8 @@ from pathlib import Path
 import httpx
 from tqdm.auto import tqdm
 
-from samelang.core.models.folder import replace_section
-from samelang.core.models.precision import cpu_summary
+from samelang.core.folder import replace_section
+from samelang.core.runtime.precision import cpu_summary
 from samelang.corpora import dev_articles
 from samelang.corpora.store import CorpusMissing
 from samelang.evaluation.common import Report

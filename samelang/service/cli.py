@@ -65,11 +65,11 @@ def models_vllm_args(
 @models_app.command("info")
 def models_info(home: Path = typer.Option(None, help=HOME_HELP, show_default=False)) -> None:
     """Show the prepared models' manifests."""
+    from samelang.core.folder import (
+        read_manifest,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
+    )
     from samelang.core.models.base_model import (
         base_model_dir,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
-    )
-    from samelang.core.models.folder import (
-        read_manifest,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
     )
 
     cfg = settings(home=home)
@@ -218,13 +218,13 @@ def ready_to_serve(cfg: ServiceSettings) -> bool:
     from samelang.core.models.base_model import (
         base_model_ready,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
     )
-    from samelang.core.models.engine import (
-        cache_dir,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
-    )
     from samelang.core.models.gemma_checkpoint import (
         generator_ready,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
     )
-    from samelang.core.models.onnx_export import (
+    from samelang.core.runtime.engine import (
+        cache_dir,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
+    )
+    from samelang.core.runtime.onnx_export import (
         export_pending,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
     )
 
@@ -259,20 +259,20 @@ def prepare_serving(cfg: ServiceSettings) -> None:
     """Make what the server reads: the converted base model, the ONNX exports of the served models
     (the extractive reader's too), the demo index and the generator checkpoint (each once; cached
     under ``$SAMELANG_HOME``)."""
-    from samelang.core.models.engine import (
-        cache_dir,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
-    )
     from samelang.core.models.gemma_checkpoint import (
         prepare_generator,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
-    )
-    from samelang.core.models.onnx_export import (
-        export_pending,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
     )
     from samelang.core.models.reader import (
         ExtractiveReader,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
     )
     from samelang.core.models.reranker import (
         CrossEncoderReranker,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
+    )
+    from samelang.core.runtime.engine import (
+        cache_dir,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
+    )
+    from samelang.core.runtime.onnx_export import (
+        export_pending,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
     )
     from samelang.service.registry import (  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
         chosen_biencoder,

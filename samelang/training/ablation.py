@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pydantic import Field
 
-from samelang.core.models.folder import read_history, read_training_args
+from samelang.core.folder import read_history, read_training_args
 from samelang.core.options import StrList, parse_options
 from samelang.evaluation.biencoder import BiencoderEvalOptions, BiencoderEvaluation, markdown, markdown_ablation
 from samelang.evaluation.common import EvalOptions, Report

@@ -20,7 +20,7 @@ from pydantic import Field
 from tqdm import tqdm
 
 from samelang.core.models.encoder import Encoder
-from samelang.core.models.engine import EngineOptions
+from samelang.core.runtime.engine import EngineOptions
 from samelang.core.settings import settings
 from samelang.corpora.views import CONTAMINATION_FILE, Views, load_views
 from samelang.corpora.xquad import XQUAD_LANGS, load_xquad

@@ -17,11 +17,11 @@ import torch
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
-from samelang.core.models import folder
+from samelang.core import folder
 from samelang.core.models.base_model import BASE_MODEL_NAME, ensure_base_model
 from samelang.core.models.hub import check_remote_code, locate
 from samelang.core.models.loading import base_record
-from samelang.core.models.precision import cpu_has_bf16, cpu_summary
+from samelang.core.runtime.precision import cpu_has_bf16, cpu_summary
 from samelang.core.settings import HubOptions, default_home
 from samelang.ground.atomic import atomic_dir
 
@@ -252,7 +252,7 @@ def write_run_files(
     """The run record (the arguments, the resolved base, counts, timing), the step history and the
     manifest (checksums: what the service's model fingerprint reads; the base it was trained on,
     ``named`` as the user named it: :func:`~samelang.core.models.loading.base_record`) in ``final``;
-    the file names are the model folder's (:mod:`samelang.core.models.folder`)."""
+    the file names are the model folder's (:mod:`samelang.core.folder`)."""
 
     base_manifest = folder.read_manifest(base) or {}
     record = base_record(named, Path(base))

@@ -29,9 +29,8 @@ import torch
 from pydantic import Field, model_validator
 from tqdm.auto import tqdm
 
-from samelang.core import options
+from samelang.core import folder, options
 from samelang.core.metrics.answers import answer_f1, exact_match
-from samelang.core.models import folder
 from samelang.core.models.base_model import ensure_base_model
 from samelang.core.models.loading import keep_layers
 from samelang.core.models.model_card import ModelCardData, render_model_card

@@ -33,11 +33,10 @@ import torch
 from pydantic import Field, model_validator
 from tqdm.auto import tqdm
 
-from samelang.core import options
-from samelang.core.models import folder
-from samelang.core.models.heads import causal_template, template_jinja, templated_pairs, yes_no_ids
+from samelang.core import folder, options
 from samelang.core.models.loading import adapter_base, keep_layers
 from samelang.core.models.model_card import ModelCardData, render_model_card
+from samelang.core.runtime.heads import causal_template, template_jinja, templated_pairs, yes_no_ids
 from samelang.corpora import XQUAD_LANGS, dev_articles, load_xquad
 from samelang.training import loop
 from samelang.training.corpus import CorpusTrainingOptions
@@ -121,7 +120,7 @@ def init_layers(args: RerankerArgs) -> int | None:
 
 class RerankerModule(torch.nn.Module):
     """Tokeniser + scorer: one score per (query, document) pair, as serving scores it
-    (:mod:`samelang.core.models.heads`): a sequence classifier's logit, or a causal LM's
+    (:mod:`samelang.core.runtime.heads`): a sequence classifier's logit, or a causal LM's
     ``logit("yes") - logit("no")`` at the last token of the pair in its template, left-padded."""
 
     def __init__(self, args: RerankerArgs, home: Path):

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import numpy as np
 
-from samelang.core.models import folder
+from samelang.core import folder
 from samelang.core.models.base_model import ensure_base_model
 from samelang.core.models.encoder import Encoder
 from samelang.core.models.fused import is_fused_folder, query_moments
-from samelang.core.models.precision import EngineOptions
 from samelang.core.models.reranker import CrossEncoderReranker
 from samelang.core.paths import REPO_MODELS
+from samelang.core.runtime.precision import EngineOptions
 from samelang.service.registry import open_encoder, served_fingerprint
 from samelang.training import loop
 from samelang.training.reranker_data import DistillInstance

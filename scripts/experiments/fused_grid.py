@@ -30,9 +30,9 @@ from pathlib import Path
 
 import numpy as np
 
+from samelang.core.folder import replace_section
 from samelang.core.models.base_model import ensure_base_model
 from samelang.core.models.encoder import Encoder
-from samelang.core.models.folder import replace_section
 from samelang.core.models.fused import FusionConfig, write_calibration
 from samelang.core.settings import settings
 from samelang.corpora import XQUAD_LANGS, load_xquad

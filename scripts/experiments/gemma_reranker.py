@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from samelang.core.models.gemma_checkpoint import prepare_generator_hf
-from samelang.core.models.precision import EngineOptions, cpu_summary
 from samelang.core.models.reranker import CrossEncoderReranker
+from samelang.core.runtime.precision import EngineOptions, cpu_summary
 from samelang.core.settings import Settings
 from samelang.corpora import dev_articles, load_xquad
 from samelang.training.reranker import RerankerArgs, train_reranker

@@ -22,9 +22,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from samelang.core.models.folder import replace_section
-from samelang.core.models.precision import EngineOptions, cpu_flags, cpu_summary
+from samelang.core.folder import replace_section
 from samelang.core.models.reranker import CrossEncoderReranker
+from samelang.core.runtime.precision import EngineOptions, cpu_flags, cpu_summary
 from samelang.core.settings import settings
 from samelang.corpora import dev_articles
 from samelang.evaluation.memo import search_p50_ms

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from samelang.core.models.folder import replace_section
+from samelang.core.folder import replace_section
 from samelang.core.settings import settings
 from samelang.corpora import dev_articles
 from samelang.evaluation.serving_rule import PRIMARY, ShapeRow

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from samelang.core.models.precision import EngineOptions, precision_device, resolve
+from samelang.core.runtime.precision import EngineOptions, precision_device, resolve
 from samelang.evaluation.precision import BIENCODER_METRICS, choose, markdown, write_inference_card
 
 

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import numpy as np
 
-from samelang.core.models.engine import engine_for
-from samelang.core.models.folder import model_fingerprint
-from samelang.core.models.heads import embed_meta
+from samelang.core.folder import model_fingerprint
 from samelang.core.models.hub import locate
 from samelang.core.models.loading import load_model
-from samelang.core.models.precision import EngineOptions
+from samelang.core.runtime.engine import engine_for
+from samelang.core.runtime.heads import embed_meta
+from samelang.core.runtime.precision import EngineOptions
 from samelang.ground.identity import ModelInfo
 
 # model_fingerprint belongs to the folder module; it is re-exported for callers that import it with the Encoder
@@ -37,7 +37,7 @@ def load_sentence_transformer(path: Path, device: str = "cpu", *, home: Path, tr
 
 class Encoder:
     """A sentence-transformers bi-encoder with e5's ``query: `` / ``passage: `` prompts, run by the
-    :class:`~samelang.core.models.engine.InferenceEngine` (length-sorted token batches, precision modes).
+    :class:`~samelang.core.runtime.engine.InferenceEngine` (length-sorted token batches, precision modes).
 
     ``options`` defaults to fp32: training and evaluation get the fp32 reference unless they ask;
     the service passes its ``--precision`` (``auto``: the model card's choice). Served from ONNX, the

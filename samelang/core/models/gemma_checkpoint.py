@@ -15,7 +15,7 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-from samelang.core.models.folder import read_manifest, write_manifest
+from samelang.core.folder import read_manifest, write_manifest
 from samelang.ground.atomic import atomic_dir
 
 GENERATOR_NAME = "gemma-3-270m"

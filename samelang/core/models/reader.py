@@ -27,12 +27,12 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer
 
-from samelang.core.models.engine import InferenceEngine, engine_for
-from samelang.core.models.folder import model_fingerprint, read_manifest
+from samelang.core.folder import model_fingerprint, read_manifest
 from samelang.core.models.hub import locate
 from samelang.core.models.loading import load_span_model
-from samelang.core.models.onnx_export import Head, backend_tokenizer
-from samelang.core.models.precision import EngineOptions, resolve
+from samelang.core.runtime.engine import InferenceEngine, engine_for
+from samelang.core.runtime.onnx_export import Head, backend_tokenizer
+from samelang.core.runtime.precision import EngineOptions, resolve
 
 READER_CONFIG = "reader.json"  # the calibrated threshold and the windows it was calibrated with
 TOP_N = 20  # start and end candidates per window

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import numpy as np
 
+from samelang.core.folder import model_fingerprint
 from samelang.core.models.encoder import Encoder
-from samelang.core.models.engine import engine_for, sigmoid
-from samelang.core.models.folder import model_fingerprint
-from samelang.core.models.heads import score_meta
 from samelang.core.models.hub import locate
 from samelang.core.models.loading import load_model
-from samelang.core.models.precision import EngineOptions
+from samelang.core.runtime.engine import engine_for, sigmoid
+from samelang.core.runtime.heads import score_meta
+from samelang.core.runtime.precision import EngineOptions
 
 BI_ENCODER_COSINE = "bi-encoder-cosine"
 

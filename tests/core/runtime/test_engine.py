@@ -9,8 +9,8 @@ import json
 import numpy as np
 import pytest
 
-from samelang.core.models.engine import token_batches
-from samelang.core.models.precision import EngineConfigError, EngineOptions, precision_device, resolve
+from samelang.core.runtime.engine import token_batches
+from samelang.core.runtime.precision import EngineConfigError, EngineOptions, precision_device, resolve
 from samelang.core.settings import Settings
 
 # The tolerances are the test's own statement of what each precision may cost, not the engine's
@@ -91,9 +91,9 @@ def test_reranker_scores_match_fp32_within_the_recorded_tolerance(samelang_home,
 
 
 def test_onnx_graphs_are_exported_once_and_reused(base_model_path, samelang_home):
+    from samelang.core.folder import model_fingerprint
     from samelang.core.models.encoder import Encoder
-    from samelang.core.models.folder import model_fingerprint
-    from samelang.core.models.onnx_export import onnx_path
+    from samelang.core.runtime.onnx_export import onnx_path
 
     path = onnx_path(samelang_home / "cache", model_fingerprint(base_model_path), "embed", "fp32")
     Encoder(base_model_path, home=samelang_home, options=EngineOptions("fp32", "onnx"))
@@ -130,7 +130,7 @@ def test_a_finished_export_serves_without_the_torch_weights(base_model_path, sam
     engine over it never loads the checkpoint, and embeds exactly as the one that exported it."""
     from samelang.core.models import encoder as E
     from samelang.core.models import reranker as R
-    from samelang.core.models.onnx_export import onnx_path
+    from samelang.core.runtime.onnx_export import onnx_path
     from samelang.service.registry import LAMAR_RERANKER
 
     first = E.Encoder(base_model_path, home=samelang_home, options=EngineOptions("fp32", "onnx"))

@@ -1,4 +1,4 @@
-"""SmoothQuant's rewrite (samelang/core/models/quantise.py) on the real exported base model: it changes
+"""SmoothQuant's rewrite (samelang/core/runtime/quantise.py) on the real exported base model: it changes
 no output in real numbers, it moves the activations' outlier channels into the weights, and its
 calibration texts come from the train articles only."""
 
@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from samelang.core.models import quantise
+from samelang.core.runtime import quantise
 from samelang.corpora import load_xquad
 
 
 def _fp32_graph(base_model_path, samelang_home):
     from samelang.core.models.encoder import Encoder
-    from samelang.core.models.precision import EngineOptions
+    from samelang.core.runtime.precision import EngineOptions
 
     enc = Encoder(base_model_path, home=samelang_home, options=EngineOptions(precision="fp32", backend="onnx"))
     return enc, enc.engine.backend.path

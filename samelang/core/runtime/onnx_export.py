@@ -13,10 +13,10 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from samelang.core.models.folder import model_fingerprint
-from samelang.core.models.heads import pooled_module
-from samelang.core.models.precision import EngineOptions, resolve
-from samelang.core.models.quantise import RECIPE, calibration_feeds, calibration_texts, quantise_int8
+from samelang.core.folder import model_fingerprint
+from samelang.core.runtime.heads import pooled_module
+from samelang.core.runtime.precision import EngineOptions, resolve
+from samelang.core.runtime.quantise import RECIPE, calibration_feeds, calibration_texts, quantise_int8
 from samelang.ground.atomic import atomic_dir
 
 # bump when the exported folder changes, so that caches are rebuilt (2: external weights, tokenizer, model.json;

@@ -1,12 +1,12 @@
-"""The model folder (samelang/core/models/folder.py): what a folder is, its records, its card sections,
+"""The model folder (samelang/core/folder.py): what a folder is, its records, its card sections,
 and the one loader that merges an adapter onto the base model without a misleading load report."""
 
 from __future__ import annotations
 
 import json
 
-from samelang.core.models import folder
-from samelang.core.models.precision import EngineOptions, cpu_class, precision_device, resolve
+from samelang.core import folder
+from samelang.core.runtime.precision import EngineOptions, cpu_class, precision_device, resolve
 from samelang.service.registry import ALIGNED_BIENCODER, LAMAR_RERANKER
 
 EVAL = "## Evaluation (XQuAD test articles)"
@@ -120,7 +120,7 @@ def test_cpu_classes():
 
 def test_a_missing_section_goes_before_the_anchor_and_is_then_replaced_in_place(tmp_path):
     """The README's served-defaults table is kept with the same function as the cards' sections."""
-    from samelang.core.models.folder import replace_section
+    from samelang.core.folder import replace_section
 
     readme = tmp_path / "README.md"
     readme.write_text("# p\n\nintro\n\n## Data\n\nlicences\n")

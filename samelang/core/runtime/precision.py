@@ -12,7 +12,7 @@ import platform
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from samelang.core.models.folder import onnx_unfit, recorded_precision
+from samelang.core.folder import onnx_unfit, recorded_precision
 
 log = logging.getLogger("samelang")
 
@@ -25,7 +25,7 @@ MAX_BATCH_TOKENS = {"cpu": 256, "gpu": 32768}
 PARALLEL_BATCHES = 2
 PRECISIONS = ("auto", "fp32", "bf16", "fp16", "int8")
 BACKENDS = ("auto", "torch", "onnx")
-# Recorded tolerances against fp32 (tests/core/models/test_engine.py checks them on multilingual
+# Recorded tolerances against fp32 (tests/core/runtime/test_engine.py checks them on multilingual
 # texts): minimum cosine of embeddings, maximum absolute difference of sigmoid reranker scores.
 EMBEDDING_MIN_COSINE = {"fp32": 0.9999, "bf16": 0.99, "fp16": 0.99, "int8": 0.99}
 SCORE_MAX_ABS_DIFF = {"fp32": 1e-4, "bf16": 0.03, "fp16": 0.03, "int8": 0.2}  # int8: up to 0.155 seen on XQuAD

@@ -49,14 +49,15 @@ import threading
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 from tqdm.auto import tqdm
 
 from samelang.core import work
-from samelang.core.models.folder import model_fingerprint
-from samelang.core.models.heads import pooled_module, templated_pairs
-from samelang.core.models.onnx_export import (
+from samelang.core.folder import model_fingerprint
+from samelang.core.runtime.heads import pooled_module, templated_pairs
+from samelang.core.runtime.onnx_export import (
     DISABLED_ORT_OPTIMIZERS,
     MODEL_META,
     TOKENIZER_FILE,
@@ -69,8 +70,7 @@ from samelang.core.models.onnx_export import (
     tokenizer_from_file,
     with_tokens,
 )
-from samelang.core.models.precision import EngineOptions, resolve
-from samelang.core.models.protocols import Backend
+from samelang.core.runtime.precision import EngineOptions, resolve
 
 log = logging.getLogger("samelang")
 
@@ -93,6 +93,14 @@ def token_batches(lengths: list[int], max_tokens: int, max_size: int) -> list[np
 
 
 # ------------------------------------------------------------------------------------------- backends
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """One forward pass of a model on padded token ids: ONNX Runtime's session (CPU, the served path)
+    or torch (GPU, bf16); mean-pooled embeddings or one logit per row, as numpy."""
+
+    def __call__(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray: ...
 
 
 class TorchBackend:

@@ -1,4 +1,4 @@
-"""Each architecture runs as its own sentence-transformers configuration says (``samelang.core.models.heads``):
+"""Each architecture runs as its own sentence-transformers configuration says (``samelang.core.runtime.heads``):
 pooling (mean, CLS), prompt names (e5's, jina's), a sequence classifier's logit, a causal LM's
 yes/no at the last token with its pair template; the engine's outputs equal sentence-transformers'
 own on tiny random stand-ins, and what the ONNX backend cannot run is refused with the reason."""
@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from samelang.core.models.encoder import Encoder
-from samelang.core.models.heads import QWEN3_RERANKER_TEMPLATE, fit_pair, pair_template, pick_prompts
-from samelang.core.models.precision import EngineConfigError, EngineOptions
 from samelang.core.models.reranker import CrossEncoderReranker
+from samelang.core.runtime.heads import QWEN3_RERANKER_TEMPLATE, fit_pair, pair_template, pick_prompts
+from samelang.core.runtime.precision import EngineConfigError, EngineOptions
 
 TEXTS = [
     "Where does the Rhine begin?",

@@ -137,7 +137,7 @@ LEGACY_CPU = "cpu:x86-avx2"  # the first format's one "cpu" entry was measured o
 def read_inference(path: str | Path | None) -> dict:
     """``inference.json``: ``{"default_precision": {device: precision}, "comparison": {device: rows},
     "note": {device: text}, "fingerprint": ...}`` with ``device`` = ``cuda`` or ``cpu:<class>`` (see
-    :func:`samelang.core.models.precision.cpu_class`); ``{}`` when the folder has none (never measured). A
+    :func:`samelang.core.runtime.precision.cpu_class`); ``{}`` when the folder has none (never measured). A
     folder without one falls back to the record shipped under ``models/<folder name>/`` when that
     record names the folder's fingerprint (the base model, converted on each machine). The first
     formats (one ``cpu`` entry; a list of rows) read as measured on ``x86-avx2``."""
