@@ -1,6 +1,6 @@
 """The retrieval core behind every route: search (group-aware, optionally reranked), rerank and
 answer; the diagnosis (:mod:`.diagnosis`) and the prompts (:mod:`.prompts`) live apart. It knows no
-HTTP types: the route handlers (``samelang.service.api.handlers``) map requests to these calls and
+HTTP types: the route handlers (``samelang.service.api.<dialect>.handlers``) map requests to these calls and
 results to responses, and ``samelang eval pipeline`` calls the very same methods, so what is
 evaluated is what is served.
 

@@ -1,4 +1,4 @@
-"""The routes shaped like text-embeddings-inference (:mod:`samelang.service.api.tei_protocol`) on a real
+"""The routes shaped like text-embeddings-inference (:mod:`samelang.service.api.tei`) on a real
 server: the same vectors and scores as our own routes, TEI's defaults where our models allow them,
 and a 422 naming the field where they do not."""
 

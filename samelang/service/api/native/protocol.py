@@ -1,77 +1,26 @@
-"""Request and response models of the HTTP API (the OpenAPI schema comes from here)."""
+"""Request and response models of samelang's own routes (``/search``, ``/rerank``, ``/answer``,
+``/diagnose``): the OpenAPI schema comes from here."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
-    Discriminator,
-    Field,
-    Strict,
-    Tag,
-    WithJsonSchema,
-    model_validator,
-)
+from pydantic import AfterValidator, BaseModel, Field, Strict, model_validator
 
 from samelang.corpora import XQUAD_LANGS
-from samelang.ground.langid import supported_languages
-from samelang.ground.text import text_problem
-
-MAX_QUERY_CHARS = 2000
-MAX_ID_CHARS = 512
-MAX_DOCUMENTS = 100  # hard ceiling of /rerank documents; the server's --max-rerank-documents may be lower
-MAX_DOCUMENT_CHARS = 20000  # likewise for --max-document-chars
-MAX_DIAGNOSE_QUERIES = 1000  # likewise for --max-diagnose-queries
-_LANGS = frozenset(supported_languages())
-# what a client must send: text with something visible in it (the server also refuses lone surrogates
-# and zero-width-only text, which a pattern cannot express)
-_VISIBLE = r"\S"
-
-
-def _text(v: str) -> str:
-    if not v.strip():
-        raise ValueError("must not be empty or only whitespace")
-    if problem := text_problem(v):
-        raise ValueError(problem)
-    return v
-
-
-def _query(v: str) -> str:
-    if not v.strip():
-        raise ValueError("must not be empty or only whitespace")
-    return _text(v).strip()
-
-
-def _lang(v: str | None) -> str | None:
-    if v is None:
-        return None
-    code = v.strip().lower()
-    if code not in _LANGS:
-        raise ValueError(f"unknown language code {v!r}: use a two-letter ISO 639-1 code such as 'en' or 'zh'")
-    return code
-
-
-# the schema states minLength / pattern; the validators give the clearer messages
-_SCHEMA_TEXT = {"minLength": 1, "pattern": _VISIBLE}
-Query = Annotated[str, Field(max_length=MAX_QUERY_CHARS, json_schema_extra=_SCHEMA_TEXT), AfterValidator(_query)]
-Text = Annotated[str, Field(json_schema_extra=_SCHEMA_TEXT), AfterValidator(_text)]
-DocId = Annotated[str, Field(max_length=MAX_ID_CHARS, json_schema_extra=_SCHEMA_TEXT), AfterValidator(_text)]
-# codes are matched case-insensitively; the schema lists the canonical lower-case ones
-Lang = Annotated[
-    str,
-    AfterValidator(_lang),
-    WithJsonSchema({"type": "string", "enum": sorted(_LANGS), "description": "ISO 639-1 language code"}),
-]
-# JSON numbers and booleans only: no "3" for 3, no true for 1
-Int = Annotated[int, Strict()]
-Bool = Annotated[bool, Strict()]
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+from samelang.service.api.fields import (
+    MAX_DIAGNOSE_QUERIES,
+    MAX_DOCUMENT_CHARS,
+    MAX_DOCUMENTS,
+    Bool,
+    DocId,
+    Int,
+    Lang,
+    Query,
+    StrictModel,
+    Text,
+    text_or,
+)
 
 
 def _preference(v: str | list[str]) -> str | tuple[str, ...]:
@@ -94,7 +43,7 @@ LanguagePreference = Annotated[
 ]
 
 
-class _Retrieval(_Strict):
+class _Retrieval(StrictModel):
     """Options shared by /search and /answer (``None``: the server's default, see /info)."""
 
     rerank: Bool | None = Field(None, description="rerank the candidates (default: the server's choice, see /info)")
@@ -152,23 +101,13 @@ class SearchResponse(BaseModel):
     hits: list[Hit]
 
 
-def text_or(document: type[BaseModel]):
-    """A document given as its text or as a ``document`` object; an error in a text is reported as
-    ``documents[i].text``, as in an object."""
-    return Annotated[
-        Annotated[Annotated[Text, Field(max_length=MAX_DOCUMENT_CHARS)], Tag("text")]
-        | Annotated[document, Tag("object")],
-        Discriminator(lambda v: "text" if isinstance(v, str) else "object"),
-    ]
-
-
-class RerankDocument(_Strict):
+class RerankDocument(StrictModel):
     id: DocId | None = None
     text: Annotated[Text, Field(max_length=MAX_DOCUMENT_CHARS)]
     lang: Lang | None = None
 
 
-class RerankRequest(_Strict):
+class RerankRequest(StrictModel):
     """``POST /rerank``: the configured reranker's score of ``query`` against each of ``documents``.
 
     No request-level ``lang`` (an early version accepted one and ignored it): the reranker scores each
@@ -280,7 +219,7 @@ class AnswerDoneEvent(AnswerResponse):
     timing: AnswerTiming
 
 
-class LabelledQueryIn(_Strict):
+class LabelledQueryIn(StrictModel):
     query: Query = Field(...)
     lang: Lang | None = None
     relevant: list[DocId] | None = Field(

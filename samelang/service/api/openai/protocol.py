@@ -15,52 +15,25 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, Field, WithJsonSchema, field_validator
+from pydantic import BaseModel, Field, field_validator
 
-from samelang.service.api.protocol import (
-    _SCHEMA_TEXT,
+from samelang.service.api.fields import (
     MAX_DOCUMENT_CHARS,
     MAX_DOCUMENTS,
     Bool,
     DocId,
+    EmbeddingTexts,
     Int,
     Lang,
     Query,
+    StrictModel,
     Text,
-    _Strict,
-    _text,
     text_or,
+    token_ids,
 )
 
-MAX_EMBEDDING_INPUTS = 2048  # OpenAI's own ceiling; the server's --max-embedding-inputs may be lower
 
-
-# the length is a string's (checked before the text rules), not a generic "items" bound
-EmbeddingText = Annotated[
-    str, Field(max_length=MAX_DOCUMENT_CHARS, json_schema_extra=_SCHEMA_TEXT), AfterValidator(_text)
-]
-_TEXT_SCHEMA = {"type": "string", "minLength": 1, "maxLength": MAX_DOCUMENT_CHARS, "pattern": r"\S"}
-
-
-# a text or a list of texts (the routes that embed: OpenAI's and TEI's); the schema says both
-EmbeddingTexts = Annotated[
-    list[EmbeddingText],
-    Field(min_length=1, max_length=MAX_EMBEDDING_INPUTS),
-    WithJsonSchema({
-        "anyOf": [_TEXT_SCHEMA, {"type": "array", "items": _TEXT_SCHEMA, "minItems": 1,
-                                 "maxItems": MAX_EMBEDDING_INPUTS}],
-        "description": "a text, or a list of texts (token ids are refused)",
-    }),
-]  # fmt: skip
-
-
-def token_ids(v) -> bool:
-    """Whether an ``input`` holds token ids (a list of ints, or of lists of ints) rather than text."""
-    items = v if isinstance(v, list) else [v]
-    return any(isinstance(x, int) or (isinstance(x, list) and x and isinstance(x[0], int)) for x in items)
-
-
-class EmbeddingsRequest(_Strict):
+class EmbeddingsRequest(StrictModel):
     """``POST /v1/embeddings``: OpenAI's request. The vectors are the served bi-encoder's, L2-normalised
     (the index's own metric is their dot product)."""
 
@@ -128,7 +101,7 @@ class ModelList(BaseModel):
     data: list[ModelCard]
 
 
-class CompatRerankDocument(_Strict):
+class CompatRerankDocument(StrictModel):
     """A Jina / Cohere v1 document object; ``lang`` and ``id`` are samelang extensions."""
 
     text: Annotated[Text, Field(max_length=MAX_DOCUMENT_CHARS)]
@@ -136,7 +109,7 @@ class CompatRerankDocument(_Strict):
     id: DocId | None = None
 
 
-class CompatRerankRequest(_Strict):
+class CompatRerankRequest(StrictModel):
     """``POST /v1/rerank`` and ``/v2/rerank``: Cohere's and Jina's request. Scores are the served
     reranker's, exactly as ``POST /rerank`` gives them."""
 

@@ -31,16 +31,17 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Discriminator, Field, Tag, field_validator
 
-from samelang.service.api.compat_protocol import EmbeddingTexts, token_ids
-from samelang.service.api.protocol import (
+from samelang.service.api.fields import (
     MAX_DOCUMENT_CHARS,
     MAX_DOCUMENTS,
     Bool,
+    EmbeddingTexts,
     Query,
-    RerankRequest,
+    StrictModel,
     Text,
-    _Strict,
+    token_ids,
 )
+from samelang.service.api.native.protocol import RerankRequest
 
 Direction = Literal["right", "Right"]  # TEI also cuts on the left; the engines here cut on the right only
 
@@ -53,7 +54,7 @@ def _no_token_ids(v):
     return [v] if isinstance(v, str) else v
 
 
-class _Inputs(_Strict):
+class _Inputs(StrictModel):
     inputs: EmbeddingTexts
     prompt_name: Literal["query", "passage"] | None = Field(
         None,
@@ -99,7 +100,7 @@ class SimpleToken(BaseModel):
     stop: int | None = None
 
 
-class TeiRerankRequest(_Strict):
+class TeiRerankRequest(StrictModel):
     """``POST /rerank`` with ``texts``: TEI's request (scores are the served reranker's, as ``/rerank``
     with ``documents`` gives them)."""
 
