@@ -13,7 +13,7 @@ Rows: every retriever x every reranker (``none``, the retriever's own cosine of 
 shown, each cross-encoder) x every candidate strategy (``documents``: the top-20 documents;
 ``groups``: the top-20 parallel groups, each as its reader's-language version). A retriever with a
 BM25 weight tuned on train articles (``models/fusion.json``, ``samelang eval fusion``) also runs
-as the hybrid retriever (:func:`samelang.indexes.lexical.fuse`), without the cosine reranker (reordering
+as the hybrid retriever (:func:`samelang.service.candidates.fuse`), without the cosine reranker (reordering
 the candidates by cosine alone would undo the fusion).
 
 Metrics per query language and averaged (12-language pool, ``k`` = 10 hits, 20 candidates):

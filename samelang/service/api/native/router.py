@@ -33,8 +33,7 @@ ANSWER_ERRORS = {
 
 
 def router() -> APIRouter:
-    """samelang's own routes, the operational ones (health, readiness, info, metrics, reload) and the
-    bias-audit page."""
+    """samelang's own routes, with the operational ones (:func:`operations`)."""
     r = APIRouter()
 
     @r.post("/search", response_model=P.SearchResponse, responses=responses(WORK_ERRORS))
@@ -58,6 +57,14 @@ def router() -> APIRouter:
     @r.post("/diagnose", response_model=P.DiagnoseResponse, responses=responses(WORK_ERRORS))
     async def diagnose(req: P.DiagnoseRequest, request: Request):
         return await bounded(request, handlers(request).native.diagnose, req)
+
+    r.include_router(operations())
+    return r
+
+
+def operations() -> APIRouter:
+    """Health, readiness, what is served, metrics, reload, and the bias-audit page."""
+    r = APIRouter()
 
     @r.post("/admin/reload", responses=responses(ERRORS))
     async def admin_reload(request: Request):
