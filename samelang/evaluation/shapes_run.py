@@ -53,7 +53,7 @@ DEV_ARTICLES = 3  # the trainers' default --dev-n-articles: the train articles n
 HYBRID_WEIGHTS = (0.04, 0.08)
 RERANK_KS = (20, 10)  # candidates a reranked row's cross-encoder scores (the served default first)
 # the retriever's weights beside a reranker's (z-scores; scripts/experiments/rerank_fusion.py's grid on the
-# dev articles put the best of the round-4 relevance reranker between 1 and 4)
+# dev articles put the best of the relevance-stage reranker between 1 and 4)
 RERANK_FUSIONS = (0.0, 1.0, 4.0)
 
 

@@ -1,8 +1,8 @@
 """Stage-1 teachers of the LAMAR cross-encoder (seed 002, Algorithm 1): ``T(q_en, d_en)``, the
 English relevance score the student learns to give every language pair. The paper's teacher is a
 strong English reranker; none ships here (no model hub), so besides any CrossEncoder folder the
-choices are the base bi-encoder's cosine (round 2) and the fused hybrid retriever the service
-serves, a stronger ranker of English than one cosine. Scores are computed once and cached."""
+choices are the base bi-encoder's cosine and the fused hybrid retriever the service serves, a
+stronger ranker of English than one cosine. Scores are computed once and cached."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ import pytest
 from samelang.core.models.reader import ExtractiveReader, Span
 from samelang.service.reading import in_reader_language, read
 from samelang.service.results import Defaults, Hit, Ranked, Version
-from tests.service.api.test_streaming import read_stream
+from tests.service.api.native.test_streaming import read_stream
 from tests.service.conftest import make_app, running
 
 QUESTION = "Which team won Super Bowl 50?"

@@ -4,44 +4,12 @@ and what each returns must be what our own code path gives for the same input.""
 
 from __future__ import annotations
 
-import json
-import os
-import re
-import shutil
-import subprocess
-import sys
-from pathlib import Path
-
 import httpx
 import numpy as np
 import pytest
 
-from samelang.indexes.vectors import normalise
+from tests.service.api.snippets import ours, run_snippet
 from tests.service.conftest import make_app, running
-
-API_DOC = Path(__file__).resolve().parents[3] / "docs" / "api.md"
-
-
-def doc_snippet(name: str) -> str:
-    """The python block that follows ``<!-- snippet: name -->`` in docs/api.md."""
-    m = re.search(rf"<!-- snippet: {name} -->\n```python\n(.*?)```", API_DOC.read_text(), re.S)
-    assert m, f"docs/api.md has no snippet {name!r}"
-    return m.group(1)
-
-
-def run_snippet(name: str, url: str, monkeypatch, api_key: str | None = None) -> dict:
-    monkeypatch.setenv("SAMELANG_URL", url)
-    if api_key:
-        monkeypatch.setenv("SAMELANG_API_KEY", api_key)
-    else:
-        monkeypatch.delenv("SAMELANG_API_KEY", raising=False)
-    ns: dict = {}
-    exec(compile(doc_snippet(name), f"docs/api.md:{name}", "exec"), ns)  # noqa: S102 - the page's own code
-    return ns
-
-
-def ours(encoder, texts: list[str], passages: bool = False) -> np.ndarray:
-    return normalise(encoder.encode_passages(texts) if passages else encoder.encode_queries(texts))
 
 
 def test_openai_sdk(server, encoder, monkeypatch):
@@ -173,88 +141,3 @@ def test_models_lists_what_is_served(client, encoder):
     assert cards["bi-encoder-cosine"]["task"] == "rerank"
     listed = openai.OpenAI(base_url=str(client.base_url) + "/v1", api_key="none").models.list()
     assert {m.id for m in listed} == set(cards)
-
-
-def readme_snippet(package: str, url: str) -> str:
-    """The README's python block that starts by importing from ``package``, at ``url``."""
-    text = API_DOC.parents[1].joinpath("README.md").read_text()
-    m = re.search(rf"```python\n(from {package}\b.*?)```", text, re.S)
-    assert m, f"README.md has no snippet importing {package}"
-    return m.group(1).replace("http://127.0.0.1:8000", url)
-
-
-def run_readme(package: str, url: str) -> dict:
-    ns: dict = {}
-    exec(compile(readme_snippet(package, url), f"README.md:{package}", "exec"), ns)  # noqa: S102 - the README's code
-    return ns
-
-
-def readme_query(encoder) -> np.ndarray:
-    """The vector the README's snippets ask for, as /v1/embeddings gives it."""
-    return ours(encoder, ["谁是V＆A的第一任馆长？"])[0]
-
-
-def test_huggingface_hub_inference_client_speaks_tei(server, encoder, monkeypatch):
-    """huggingface_hub's InferenceClient, given the server's URL as its model, posts TEI's embed body
-    to it (``POST /``): the vectors are /v1/embeddings', prompt included."""
-    ns = run_snippet("tei-hub", server, monkeypatch)
-    np.testing.assert_allclose(ns["q"], ours(encoder, ["Who was the first director of the V&A?"])[0], atol=1e-6)
-    np.testing.assert_allclose(
-        ns["d"], ours(encoder, ["维多利亚和阿尔伯特博物馆位于伦敦。"], passages=True)[0], atol=1e-6
-    )
-    assert ns["q"].shape == (encoder.dim,)  # one text in, one vector out (TEI answers [[...]])
-    np.testing.assert_allclose(run_readme("huggingface_hub", server)["vec"], readme_query(encoder), atol=1e-6)
-
-
-def test_haystack_tei_embedders_and_ranker(server, client, encoder, monkeypatch):
-    """Haystack's TEI text and document embedders (with e5's prompts as their ``prefix``) and its TEI
-    ranker: the vectors of /v1/embeddings, the scores and order of /rerank."""
-    ns = run_snippet("tei-haystack", server, monkeypatch)
-    np.testing.assert_allclose(ns["q"], ours(encoder, [ns["question"]])[0], atol=1e-6)
-    texts = ["The V&A is in London.", "维多利亚和阿尔伯特博物馆位于伦敦。"]
-    by_text = {d.content: d for d in ns["docs"]}
-    np.testing.assert_allclose([by_text[t].embedding for t in texts], ours(encoder, texts, passages=True), atol=1e-6)
-    np.testing.assert_allclose(run_readme("haystack_integrations", server)["vec"], readme_query(encoder), atol=1e-6)
-    r = client.post("/rerank", json={"query": "维多利亚和阿尔伯特博物馆在哪里？", "documents": texts})
-    want = [(texts[x["index"]], x["score"]) for x in r.json()["results"]]
-    assert [d.content for d in ns["ranked"]] == [t for t, _ in want]
-    np.testing.assert_allclose([d.score for d in ns["ranked"]], [x for _, x in want], atol=1e-6)
-
-
-# LangChain's TEI client runs from a venv of its own: it pins huggingface-hub < 1 (ours is 2.x), and 1.2.0
-# is its last release that takes an endpoint's URL (1.2.1 on refuse one: "must be a HuggingFace repo ID")
-LANGCHAIN_HF = ("langchain-huggingface==1.2.0", "numpy")  # numpy: huggingface_hub decodes vectors with it
-
-
-def client_venv(home: Path, requirements: tuple[str, ...]) -> Path:
-    """A venv holding one client's ``requirements`` (made once under ``home``, ~20 s), so that its pins
-    never touch ours."""
-    venv = Path(home) / "clients" / requirements[0].replace("==", "-")
-    if not (venv / "READY").exists():
-        shutil.rmtree(venv, ignore_errors=True)
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-        subprocess.run([*pip, *requirements], check=True)
-        (venv / "READY").write_text(" ".join(requirements) + "\n")
-    return venv
-
-
-def test_langchain_huggingface_endpoint_embeddings(server, encoder, samelang_home):
-    """LangChain's HuggingFaceEndpointEmbeddings (TEI's protocol, in its own venv): with e5's prompts
-    written before the texts, the vectors of /v1/embeddings."""
-    venv = client_venv(samelang_home, LANGCHAIN_HF)
-    code = doc_snippet("tei-langchain") + "\nimport json\nprint(json.dumps({'q': q, 'd': d}))\n"
-    env = {**os.environ, "SAMELANG_URL": server}
-    env.pop("SAMELANG_API_KEY", None)
-    out = subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True, env=env,
-                         timeout=120)  # fmt: skip
-    assert out.returncode == 0, out.stderr
-    got = json.loads(out.stdout.strip().splitlines()[-1])
-    np.testing.assert_allclose(got["q"], ours(encoder, ["Who was the first director of the V&A?"])[0], atol=1e-6)
-    texts = ["The V&A is in London.", "维多利亚和阿尔伯特博物馆位于伦敦。"]
-    np.testing.assert_allclose(got["d"], ours(encoder, texts, passages=True), atol=1e-6)
-    code = readme_snippet("langchain_huggingface", server) + "\nimport json\nprint(json.dumps(vec))\n"
-    out = subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True, env=env,
-                         timeout=120)  # fmt: skip
-    assert out.returncode == 0, out.stderr
-    np.testing.assert_allclose(json.loads(out.stdout.strip().splitlines()[-1]), readme_query(encoder), atol=1e-6)

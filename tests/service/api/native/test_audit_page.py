@@ -19,7 +19,7 @@ from samelang.indexes.index import open_index
 from samelang.indexes.writes import build_index
 from tests.service.conftest import make_app, running
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 # every flag keeps the browser off a network it has no business on (the machine has none)
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]  # fmt: skip

@@ -15,7 +15,7 @@ import pytest
 from httpx_sse import connect_sse
 
 from samelang.core.models.generation import OpenAIGenerator
-from tests.service.api.test_answer import openai_stub, zh_question
+from tests.service.api.native.test_answer import openai_stub, zh_question
 from tests.service.conftest import free_port, make_app, running
 
 WAIT_S = 120  # how long the gate waits for the client before it reports the event as never delivered
