@@ -366,9 +366,10 @@ class PipelineEvalOptions(EvalOptions, CorporaOption):
     per_lang: int = Field(SAMPLE_PER_LANG, ge=1, le=374, description="Sample: questions per language (>= 48).")
     http: bool = Field(True, description="Also measure the served defaults over HTTP /answer.")
     card: bool = Field(
-        False, description="Write the tables to docs/evaluation.md (with --shapes: also serve the chosen row, "
+        False,
+        description="Write the tables to docs/evaluation.md (with --shapes: also serve the chosen row: "
         "models/serving.json).",
-    )  # fmt: skip
+    )
     cache: bool = Field(True, description="Reuse cross-encoder scores kept in the cache.")
     lexical: bool = Field(
         True, description="Also run each retriever as a hybrid with its BM25 weight from models/fusion.json."

@@ -17,33 +17,20 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-from samelang.service.api.fields import (
-    MAX_DOCUMENT_CHARS,
-    MAX_DOCUMENTS,
-    Bool,
-    DocId,
-    EmbeddingTexts,
-    Int,
-    Lang,
-    Query,
-    StrictModel,
-    Text,
-    text_or,
-    token_ids,
-)
+from samelang.service.api import fields as F
 
 
-class EmbeddingsRequest(StrictModel):
+class EmbeddingsRequest(F.StrictModel):
     """``POST /v1/embeddings``: OpenAI's request. The vectors are the served bi-encoder's, L2-normalised
     (the index's own metric is their dot product)."""
 
     # a lone text is taken as a list of one (below), so that an error names one place: input[i]
-    input: EmbeddingTexts
+    input: F.EmbeddingTexts
     model: str = Field(..., max_length=200, description="the served bi-encoder's name (GET /v1/models lists it)")
     encoding_format: Literal["float", "base64"] = Field(
         "float", description="base64: each vector as little-endian float32 bytes (what the OpenAI SDK asks for)"
     )
-    dimensions: Int | None = Field(
+    dimensions: F.Int | None = Field(
         None, description="not supported: the model has one size (its dimension is in GET /v1/models); omit it"
     )
     user: str | None = Field(None, max_length=256, description="accepted for compatibility, ignored")
@@ -58,7 +45,7 @@ class EmbeddingsRequest(StrictModel):
     def _not_token_ids(cls, v):
         """Token-id input (OpenAI accepts its own tokenizer's ids) means nothing to another model: say
         which client setting sends them, instead of a bare type error."""
-        if token_ids(v):
+        if F.token_ids(v):
             raise ValueError(
                 "token ids are not accepted (they are an OpenAI tokenizer's, not this model's): send text. "
                 "LangChain's OpenAIEmbeddings sends ids unless check_embedding_ctx_length=False"
@@ -101,26 +88,26 @@ class ModelList(BaseModel):
     data: list[ModelCard]
 
 
-class CompatRerankDocument(StrictModel):
+class CompatRerankDocument(F.StrictModel):
     """A Jina / Cohere v1 document object; ``lang`` and ``id`` are samelang extensions."""
 
-    text: Annotated[Text, Field(max_length=MAX_DOCUMENT_CHARS)]
-    lang: Lang | None = None
-    id: DocId | None = None
+    text: Annotated[F.Text, Field(max_length=F.MAX_DOCUMENT_CHARS)]
+    lang: F.Lang | None = None
+    id: F.DocId | None = None
 
 
-class CompatRerankRequest(StrictModel):
+class CompatRerankRequest(F.StrictModel):
     """``POST /v1/rerank`` and ``/v2/rerank``: Cohere's and Jina's request. Scores are the served
     reranker's, exactly as ``POST /rerank`` gives them."""
 
     model: str | None = Field(None, max_length=200, description="the served reranker's name (GET /v1/models)")
-    query: Query = Field(...)
-    documents: list[text_or(CompatRerankDocument)] = Field(
-        ..., min_length=1, max_length=MAX_DOCUMENTS, description="texts, or {text, lang?, id?} objects"
+    query: F.Query = Field(...)
+    documents: list[F.text_or(CompatRerankDocument)] = Field(
+        ..., min_length=1, max_length=F.MAX_DOCUMENTS, description="texts, or {text, lang?, id?} objects"
     )
-    top_n: Int | None = Field(None, ge=1, le=MAX_DOCUMENTS)
-    return_documents: Bool = Field(False, description="include each result's document (Cohere v1 / Jina)")
-    max_tokens_per_doc: Int | None = Field(
+    top_n: F.Int | None = Field(None, ge=1, le=F.MAX_DOCUMENTS)
+    return_documents: F.Bool = Field(False, description="include each result's document (Cohere v1 / Jina)")
+    max_tokens_per_doc: F.Int | None = Field(
         None, ge=1, le=4096, description="cut each document to its first N tokens of the reranker's tokenizer"
     )
 
