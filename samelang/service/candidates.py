@@ -170,7 +170,7 @@ class RowRetriever:
 
     def rows(self, qvec: np.ndarray, k: int, langs, lexical: LexicalQuery | None, qlang: str | None = None):
         """The ``k`` best rows by the retriever's score: the cosine, or with ``lexical`` the hybrid
-        :func:`samelang.indexes.lexical.fuse` of cosine and BM25.
+        :func:`fuse` of cosine and BM25.
 
         Hybrid: the union of the dense and the BM25 top ``depth``, each row's missing score computed
         (its stored vector's cosine, or its BM25). A row outside both lists scores at most the
