@@ -1,25 +1,15 @@
-"""The model folder: the one module that knows its files, in the spirit of sentence-transformers'
-save/load (a folder is the model's whole state; what reads or writes it goes through here).
+"""The model folder: the one module that knows its files, in the spirit of sentence-transformers' save/load (a folder
+is the model's whole state; what reads or writes it goes through here).
 
-A folder under ``models/`` (or ``$SAMELANG_HOME/models``) is one of
-
-* a **full checkpoint**: a transformers ``config.json`` and, for a bi-encoder, sentence-transformers'
-  ``modules.json`` (the converted base model, a ``--full`` fine-tune, any hub checkpoint);
-* a **LoRA adapter** (``adapter_config.json`` + ``adapter_model.safetensors``) over the converted
-  base model, which :func:`load_model` merges onto the base so inference runs a plain model; a
-  cross-encoder adapter also saves the trained pooler and classifier head (``modules_to_save``).
-
-Beside the weights, our own records:
-
-* ``samelang_manifest.json``: what the folder is and the checksums of its source (the fingerprint
-  that keys ONNX graphs, embedding and score caches reads it);
-* ``inference.json``: the precision ``samelang eval precision`` chose per device, with its
-  comparison table (what ``precision=auto`` reads);
-* ``training_args.json`` / ``history.json``: how a trained folder was made;
-* ``README.md``: the model card, whose ``## `` sections evaluation commands replace one at a time.
-
-Why one owner: these names were spelled out in eight modules, the two adapter loaders had drifted
-into near copies, and the card was edited by text surgery in the CLI.
+A folder under ``models/`` (or ``$SAMELANG_HOME/models``) is a **full checkpoint** (a transformers ``config.json``
+and, for a bi-encoder, sentence-transformers' ``modules.json``) or a **LoRA adapter** (``adapter_config.json`` +
+``adapter_model.safetensors``) over the converted base model, which :func:`load_model` merges so that inference runs
+a plain model (a cross-encoder adapter also saves its trained pooler and head). Beside the weights, our own records:
+``samelang_manifest.json`` (what the folder is, its source's checksums: the fingerprint that keys ONNX graphs and
+caches), ``inference.json`` (the precision ``samelang eval precision`` chose per device, read by ``precision=auto``),
+``training_args.json`` / ``history.json`` (the training run) and ``README.md`` (the model card, whose ``## ``
+sections evaluation commands replace one at a time). Why one owner: the file names, one adapter loader and the
+card's edits live in one place, so no two copies of them can drift apart.
 """
 
 from __future__ import annotations

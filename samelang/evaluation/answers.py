@@ -1,20 +1,14 @@
 """``samelang eval answer``: what ``/answer`` tells the reader, end to end, in every language.
 
-Each collection shape's index (:mod:`.shapes`: the 12-language parallel pool, partial translations)
-is served as ``samelang serve`` serves it (its defaults from ``models/serving.json``, the real
-models, a real uvicorn server), and the test articles' questions are asked through ``POST /answer``:
-once with ``answer_mode: extractive`` (the reader), once ``generative`` (the embedded generator,
-Gemma 3 270M on llama.cpp), the same questions. Beside them, the reader alone on the gold paragraph
-in the question's language: its upper bound, what retrieval costs it.
-
-Metrics (:mod:`samelang.core.metrics.answers`): token F1 and exact match against the gold answers in
-the question's language, in %, per language and their mean with a 95% percentile-bootstrap interval
-over questions. Partial translations are two rows: the questions whose gold paragraph the index
-holds in the reader's language (only an answer in that language counts; another scores 0), and the
-others, whose answer can only be in another language (scored against XQuAD's gold in that
-language). p50: the client's wall time of one ``/answer`` at a time, on this CPU.
-Questions: ``--per-lang`` fixed positions per language (a seeded order, the same question in every
-language). Nothing here is tuned: the reader's threshold was chosen on dev articles by its trainer.
+Each collection shape's index (:mod:`.shapes`: the 12-language parallel pool, partial translations) is served as
+``samelang serve`` serves it (defaults from ``models/serving.json``, the real models, a real uvicorn server), and the
+test articles' questions go through ``POST /answer`` twice: ``answer_mode: extractive`` (the reader) and
+``generative`` (Gemma 3 270M on llama.cpp). Beside them, the reader alone on the gold paragraph in the question's
+language: its upper bound. Metrics (:mod:`samelang.core.metrics.answers`): token F1 and exact match against the gold
+answers in the question's language, in %, per language and their mean with a 95% percentile-bootstrap interval over
+questions. Partial translations give two rows: questions whose gold the index holds in the reader's language (an
+answer in another language scores 0), and the others (scored against XQuAD's gold in the answer's language). p50:
+one ``/answer`` at a time, client wall time. ``--per-lang`` fixed question positions per language; nothing is tuned.
 """
 
 from __future__ import annotations

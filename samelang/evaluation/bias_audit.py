@@ -1,22 +1,15 @@
 """``samelang eval bias``: the label-free language-bias audit of ``/diagnose``, run by its own code
-(:func:`samelang.service.diagnosis.diagnose`) on the collection shapes of the shape judge
-(:mod:`.shapes`, test articles): the partial-translation collection users have (mostly English, some
-translations, no group labels) and the 12-language parallel pool, for today's served default
-(``models/serving.json``) beside the rows it replaced (the base model, and the base model + BM25 that
-wins the parallel pool).
+(:func:`samelang.service.diagnosis.diagnose`) on the shape judge's test-article collections (:mod:`.shapes`): the
+partial-translation collection users have and the 12-language parallel pool, for the served default
+(``models/serving.json``) beside the base model and the base model + BM25 that wins the parallel pool.
 
-Two sets of queries per index, fixed and documented:
-
-* **sampled, no labels** (what a user without questions runs): :data:`SAMPLE` queries drawn from the
-  index's own documents by :func:`~samelang.service.diagnosis.sample_queries` (seed 0; one sentence
-  of a document each, the same number per language, the source left out of its own list);
-* **labelled**: the judge's :data:`~.shapes.RERANK_PER_LANG` fixed XQuAD test-question positions in
-  each of the 12 languages (relevant = the versions of the gold paragraph the index holds), for Max@R.
-
-Reported per row: the mean over query languages of ``JSD(P_q || P_D)`` (bits) and the share of
-queries whose top 10 holds another language, with 95% percentile-bootstrap intervals over queries
-(1,000 resamples within each query language, seed 0); Comp@10 and mean Max@R over the labelled
-questions. Minutes on 2 cores once the shape judge's caches exist.
+Two query sets per index: **sampled, no labels** (what a user without questions runs: :data:`SAMPLE` queries from the
+index's own documents by :func:`~samelang.service.diagnosis.sample_queries`, seed 0, the same number per language,
+the source left out of its own list) and **labelled** (the judge's :data:`~.shapes.RERANK_PER_LANG` fixed XQuAD test
+questions per language; relevant = the versions of the gold paragraph the index holds, for Max@R). Per row: the
+mean over query languages of ``JSD(P_q || P_D)`` (bits) and the share of queries whose top 10 holds another
+language, with 95% percentile-bootstrap intervals (1,000 resamples within each query language, seed 0); Comp@10
+and mean Max@R over the labelled questions.
 """
 
 from __future__ import annotations

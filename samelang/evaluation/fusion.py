@@ -7,10 +7,8 @@ on them, only its held-out dev articles, which it never saw), in all 12 language
 ``eval pipeline`` uses (all 2,880 paragraphs: 240 x 12 languages), and the metric that chooses the
 served row, reader-gold nDCG@1 (the first paragraph is the gold one in the question's language).
 Every document is scored (BM25 and cosine of the whole pool), so the numbers are exact; the
-pipeline fuses the union of the dense and BM25 top lists, the same ranking at its head.
-
-The chosen weight per retriever goes to ``models/fusion.json`` (``--card``), which ``eval pipeline``
-reads to add each retriever's hybrid rows.
+pipeline fuses the union of the dense and BM25 top lists, the same ranking at its head. The chosen
+weight per retriever goes to ``models/fusion.json`` (``--card``), which ``eval pipeline`` reads to add hybrid rows.
 """
 
 from __future__ import annotations

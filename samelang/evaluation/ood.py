@@ -1,25 +1,14 @@
-"""The judge's out-of-domain shape: a whole QA source of the training corpus that every training run
-holds out (:data:`OOD_SOURCE`, TyDi QA GoldP in Arabic, English and Russian: ``--hold-out
-tydiqa_goldp`` in ``samelang train``), its passages indexed with no labels, its questions asked in
-their own language.
+"""The judge's out-of-domain shape: a whole QA source of the training corpus that every training run holds out
+(:data:`OOD_SOURCE`, TyDi QA GoldP in Arabic, English and Russian: ``--hold-out tydiqa_goldp`` in ``samelang
+train``), its passages indexed with no labels, its questions asked in their own language.
 
-Why. The XQuAD shapes are Wikipedia paragraphs of 48 articles whose train half every model here has
-seen; a reranker trained on the corpus could win there by having learnt XQuAD's style. A source no
-run trained on, with its own writers and its own questions (TyDi's were written before their askers
-saw the answer), says whether it learnt relevance.
-
-The collection: every passage of the source that survived the contamination filter (about 5,400,
-one language each, no ``group``). Questions: :data:`OOD_PER_LANG` per language, a fixed seeded
-sample (the same on every machine). Metrics, in %:
-
-* ``found_at_1``: the first hit's text is the gold passage's (by text: a passage the source repeats
-  under another id is the same answer);
-* ``reader_at_1``: the first hit is the gold passage and in the reader's language (the source's gold
-  is always in its question's language, so this equals ``found_at_1`` unless a retriever ranks
-  another language's copy first: kept so the table reads like the XQuAD shapes');
-* ``found_at_10``: the gold passage is among the first 10 hits.
-
-Nothing is tuned or chosen here: it is reported beside the XQuAD shapes, and the served default must
+Why: the XQuAD shapes are Wikipedia paragraphs of 48 articles whose train half every model here has seen, so a
+reranker could win there by having learnt XQuAD's style; a source no run trained on, with its own writers and
+questions, says whether it learnt relevance. Collection: every passage of the source that survived the
+contamination filter (one language each, no ``group``); questions: :data:`OOD_PER_LANG` per language, a fixed
+seeded sample. Metrics, in %: ``found_at_1`` (the first hit's text is the gold passage's), ``reader_at_1`` (that,
+and in the reader's language: equal unless another language's copy ranks first; kept to read like the XQuAD
+shapes), ``found_at_10``. Nothing is tuned here: it is reported beside the XQuAD shapes, and the served default must
 beat the base model's dense row on it."""
 
 from __future__ import annotations

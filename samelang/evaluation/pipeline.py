@@ -1,42 +1,15 @@
-"""End-to-end evaluation of what the service serves (``samelang eval pipeline``).
-
-The judge of the product is what the reader gets: for a held-out XQuAD test question, is the
-first passage the gold paragraph *in the reader's language*? Every row here is a
-:class:`samelang.service.pipeline.Pipeline` called exactly as the routes call it (``Pipeline.search``;
-the served row is also measured through a real HTTP server with ``/answer``'s first passage), over
-a real FAISS index of all 240 paragraphs x 12 languages (2,880; the pool). Only the models'
-outputs are memoised: query embeddings come from the cache ``samelang eval biencoder`` keeps
-(same model, same engine), and cross-encoder scores are kept on disk keyed by the model's
-fingerprint, its precision and :data:`.memo.SCORE_CACHE_VERSION`, so a stale score is never reused.
-
-Rows: every retriever x every reranker (``none``, the retriever's own cosine of the candidate
-shown, each cross-encoder) x every candidate strategy (``documents``: the top-20 documents;
-``groups``: the top-20 parallel groups, each as its reader's-language version). A retriever with a
-BM25 weight tuned on train articles (``models/fusion.json``, ``samelang eval fusion``) also runs
-as the hybrid retriever (:func:`samelang.service.candidates.fuse`), without the cosine reranker (reordering
-the candidates by cosine alone would undo the fusion).
-
-Metrics per query language and averaged (12-language pool, ``k`` = 10 hits, 20 candidates):
-
-* reader-gold nDCG@1 / nDCG@10 / MRR@10: relevant = the gold paragraph in the query's language;
-* candidate recall@20: that paragraph is among the 20 candidates the reranker sees (before it);
-* graded nDCG@10: the reader's version gains 2, the gold's other 11 versions 1, on the list as
-  the client sees it: with group-aware candidates each hit is followed by the versions it lists
-  (as for Max@R, :mod:`samelang.core.metrics.audit`);
-* Mono-Same nDCG@10: the same pipeline restricted to the query's language (``langs=[q]``);
-* bilingual pools (``langs=[en, t]``, queries in en and t): Max@R and Comp@10 (seed 000) of the
-  list the client sees, each hit followed by the versions it lists (:mod:`samelang.core.metrics.audit`);
-* p50 latency: one request at a time, models not memoised, on the latency sample.
-
-Budget: rows without a cross-encoder run on all 374 questions per language; cross-encoder rows on a fixed
-sample (:func:`sample_indices`: 48 evenly spaced questions per language, the same positions in
-every language, so 576 parallel queries) and on everything with ``full``. Every row is also
-reported on the sample, so rows compare on the same queries; 95% intervals are percentile
-bootstraps over queries (1,000 resamples, seed 0). Bilingual pools of cross-encoder rows cost
-22 x 20 cross-encoder pairs per question and run only with ``full``.
-
-Long because this docstring is the evaluation's specification (its rows, metrics and samples); the
-rows' report and the memoised models are apart (:mod:`.pipeline_table`, :mod:`.memo`).
+"""End-to-end evaluation of what the service serves (``samelang eval pipeline``): for a held-out XQuAD test question,
+is the first passage the gold paragraph *in the reader's language*? Every row is a
+:class:`samelang.service.pipeline.Pipeline` called as the routes call it (the served row also through a real HTTP
+server), over a real FAISS index of the pool (240 paragraphs x 12 languages); only the models' outputs are memoised,
+keyed so that a stale one is never reused (:mod:`.memo`). Rows: every retriever x reranker (``none``, the
+retriever's own cosine, each cross-encoder) x candidates (the top-20 ``documents`` or ``groups``), plus hybrid rows
+with a BM25 weight tuned on train articles (``models/fusion.json``). Metrics per query language and their mean:
+reader-gold nDCG@1, nDCG@10, MRR@10, candidate recall@20, graded nDCG@10, Mono-Same nDCG@10, bilingual Max@R and
+Comp@10, p50 latency. Cross-encoder rows run on a fixed sample (:func:`sample_indices`) unless ``full``; every row is
+also reported on it; 95% intervals are percentile bootstraps over queries (``docs/evaluation.md`` has the details).
+Long because it is the evaluation's specification (rows, metrics, samples); the report and the memoised models are
+apart (:mod:`.pipeline_table`, :mod:`.memo`).
 """
 
 from __future__ import annotations

@@ -1,21 +1,15 @@
-"""Evaluation of a (language-aware) reranker on the XQuAD test articles (seed 002).
+"""Evaluation of a (language-aware) reranker on the XQuAD test articles (seed 002), with the test questions (374
+per language, or the first ``max_questions`` for a quick CPU run) in each of the 12 languages:
 
-Queries: the test questions (374 per language, or the first ``max_questions`` of
-them for a quick CPU run), in each of the 12 languages.
-
-1. Oracle language coherence (section 2, table 3): candidates = the gold paragraph
-   in all 12 languages; relevant = the one in the query's language. nDCG@1,
-   nDCG@10, MRR@10 overall and per query language, the mean rank of the
+1. Oracle language coherence (section 2, table 3): candidates = the gold paragraph in all 12 languages; relevant =
+   the one in the query's language. nDCG@1, nDCG@10, MRR@10 overall and per query language, the mean rank of the
    same-language paragraph, and the top-1 document-language matrix.
-2. Retrieved candidates (table 6): the top-20 of the pool of all 240 x 12
-   paragraphs by the retriever's cosine, reranked; relevant = the gold paragraph in
-   the query's language. R@20 (the retriever's), nDCG@1, nDCG@10, MRR@10.
-3. Relevance kept (Mono-Same): the top-20 of the query's own-language pool (240),
-   reranked; nDCG@10.
+2. Retrieved candidates (table 6): the top-20 of the pool of all 240 x 12 paragraphs by the retriever's cosine,
+   reranked; relevant = the gold paragraph in the query's language. R@20 (the retriever's), nDCG@1, nDCG@10, MRR@10.
+3. Relevance kept (Mono-Same): the top-20 of the query's own-language pool (240), reranked; nDCG@10.
 
-Every (query, paragraph) pair the three tasks need is scored once. A scorer is
-``score(pairs) -> scores`` over ``Pair`` keys; the reference "no reranker" scorer is
-the retriever's own cosine.
+Every (query, paragraph) pair the three tasks need is scored once. A scorer is ``score(pairs) -> scores`` over
+``Pair`` keys; the reference "no reranker" scorer is the retriever's own cosine.
 """
 
 from __future__ import annotations

@@ -1,42 +1,15 @@
-"""The collection-shape judge (``samelang eval pipeline --shapes``): what the reader gets on every
-shape of collection users have, through :meth:`samelang.service.pipeline.Pipeline.search` (the served
-rows also through a real HTTP server's ``POST /search``).
-
-Why shapes. A default chosen on one shape can collapse another: on the 12-language parallel pool
-BM25's same-language word overlap wins, but over a collection that is mostly English with some
-translations it hides answers written in another language. Each shape is a fixed construction over
-the XQuAD paragraphs of one split (train articles tune and select, test articles report), decided
-by a seeded hash of (shape, paragraph group, language), so it is the same on every machine:
-
-* ``parallel``: every paragraph in all 12 languages, with its ``group`` label (today's pool);
-* ``partial``: partial translations, no labels: English present with p = 0.6, each other
-  language with p = 0.25, at least one version per paragraph (the likeliest, ``u / p`` lowest);
-* ``one``: one language each, no labels: every paragraph in exactly one language (uniform);
-* ``mono``: each language alone (Mono-Same): the parallel index searched with ``langs=[q]``.
-
-Queries: every question of the split in all 12 languages (test: 374 x 12 = 4,488). Metrics, in %:
-
-* ``found@1``: the first hit is a version (any language) of the gold paragraph;
-* ``reader@1``: over questions whose gold exists in the reader's language, the first hit is that version;
-* ``cross@1``: over questions whose gold is absent in the reader's language, ``found@1``;
-* ``found@10``: a version of the gold is among the first 10 hits;
-* parallel: reader-gold nDCG@1, nDCG@10 and MRR@10 (relevant: the gold in the reader's language;
-  as ``eval pipeline``'s rows) and found@1; mono: reader-gold nDCG@10 with the search restricted
-  to the query's language.
-
-The primary metric of each shape (what the serving rule averages): parallel nDCG@1, partial
-found@1, one found@1, mono nDCG@10. 95% intervals: percentile bootstrap over queries (1,000
-resamples, seed 0). Model outputs are memoised (query and passage vectors from the caches of
-``samelang eval biencoder``: the same model, the same engine), so a row costs only its searches.
-
-Reranked rows (a cross-encoder over the first ``rerank_k`` candidates, by default
-:data:`~.serving_rule.RERANK_K`) cost a cross-encoder pass per candidate (~1 s per search on 2 cores), so they run on
-:data:`RERANK_PER_LANG` fixed question positions per language, the same positions in every
-language (a seeded hash); their scores are kept on disk (:class:`~.memo.CachedReranker`) and
-they are compared with their retriever on those same questions (:meth:`ShapeJudge.same_questions`).
-Every row's p50 is measured with the real models, nothing memoised, one search at a time, on
-:data:`LATENCY_PER_LANG` of those questions per language over the partial-translation index
-(the users' shape).
+"""The collection-shape judge (``samelang eval pipeline --shapes``): what the reader gets on every shape of collection
+users have, through :meth:`samelang.service.pipeline.Pipeline.search` (the served rows also over HTTP). Why shapes:
+a default chosen on one shape can collapse another (BM25 wins the 12-language parallel pool but, over a mostly
+English collection with some translations, hides answers written in another language). Each shape is a fixed, seeded
+construction over one split's XQuAD paragraphs (train articles tune and select, test articles report): ``parallel``
+(all 12 languages, grouped), ``partial`` (no labels; English with p = :data:`P_EN`, the others :data:`P_OTHER`,
+at least one version), ``one`` (one language each), ``mono`` (each language alone). Metrics, in %: ``found@1``,
+``reader@1``, ``cross@1``, ``found@10`` and the parallel pool's reader-gold nDCG and MRR; each shape's primary metric
+is what the serving rule averages. Model outputs are memoised; reranked rows run on :data:`RERANK_PER_LANG` fixed
+questions per language with cached scores (:class:`~.memo.CachedReranker`) and are compared with their retriever on
+those questions; p50 is timed with the real models on :data:`LATENCY_PER_LANG` questions per language over the
+partial index (the users' shape). The shapes and metrics are spelled out in ``docs/evaluation.md``.
 """
 
 from __future__ import annotations
@@ -100,8 +73,8 @@ def present_versions(shape: str, groups: list[str], langs=XQUAD_LANGS) -> set[tu
 
 
 def pool_split(split: str, max_paragraphs: int | None = None) -> str:
-    """Whose paragraphs a split's shapes hold: the test questions search all 240 paragraphs (today's
-    pool, so the parallel numbers compare with the earlier ones); the train questions only the train
+    """Whose paragraphs a split's shapes hold: the test questions search all 240 paragraphs (the
+    pool of the seeds' tables, so the parallel numbers compare with them); the train questions only the train
     articles' paragraphs, so that nothing tuned has ever seen a test paragraph. A tiny run (the
     first ``max_paragraphs``) takes its split's own."""
     return "all" if split == "test" and not max_paragraphs else split

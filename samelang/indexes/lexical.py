@@ -1,22 +1,15 @@
 """The lexical half of hybrid retrieval: Okapi BM25 over the indexed documents' texts (bm25s).
 
-Why an index of words beside the vectors. XQuAD-style questions (and most questions people type
-over a document collection) repeat the document's own words: names, numbers, rare terms. A small
-bi-encoder blurs exactly those; BM25 keeps them, and it is language-coherent by construction (a
-Thai question shares tokens with the Thai version of a paragraph, not with its English one). On the
-XQuAD *train* articles (9,792 questions, 12 languages, pool of all 2,880 paragraphs) the base
-model's cosine puts the reader's gold paragraph first for 89.5% of questions, BM25 alone for
-87.8%, and their fusion (:func:`samelang.service.candidates.fuse`) for 93.8%.
+Why words beside the vectors: questions people type over a collection repeat the document's own words (names,
+numbers, rare terms), which a small bi-encoder blurs and BM25 keeps; and BM25 is language-coherent by construction
+(a Thai question shares tokens with the Thai version of a paragraph, not with the English one). Fused with the
+cosine (:func:`samelang.service.candidates.fuse`) it beats either alone (``docs/design.md``).
 
-Terms come from an *analyzer* the caller gives (this package knows no model): the service passes
-its encoder's subword tokenizer (XLM-R sentencepiece for e5), which segments every script, Thai
-and Chinese included, and acts as a light stemmer; on the same train questions it beat a Unicode
-word + CJK/Thai character-bigram analyzer (93.8 vs 93.4 fused, 87.8 vs 82.4 alone). The analyzer's
-name is recorded with the index so that queries are analysed the way the documents were.
-
-The index is rebuilt from all the generation's texts whenever documents are added (BM25's
-document frequencies change with every document); a generation's ``lexical/`` folder is written
-with the rest of it, so it is as crash-safe as the vectors.
+Terms come from an *analyzer* the caller gives (this package knows no model): the service passes its encoder's
+subword tokenizer (XLM-R sentencepiece for e5), which segments every script, Thai and Chinese included, and acts as
+a light stemmer. The analyzer's name is recorded with the index, so queries are analysed as the documents were.
+The index is rebuilt from all the generation's texts on every add (BM25's document frequencies change with every
+document), into the generation's ``lexical/`` folder, so it is as crash-safe as the vectors.
 """
 
 from __future__ import annotations

@@ -1,20 +1,15 @@
-"""Trainer of the extractive reader (:mod:`samelang.core.models.reader`): a start/end span head on
-the converted multilingual-e5-small, LoRA (the adapter and the new ``qa_outputs`` head, a few MB)
-or full.
+"""Trainer of the extractive reader (:mod:`samelang.core.models.reader`): a start/end span head on the converted
+multilingual-e5-small, LoRA (the adapter and the new ``qa_outputs`` head, a few MB) or full.
 
-Data (:mod:`.reader_data`): XQuAD train articles but the dev ones in 12 languages, every corpus QA
-source with answer spans (``--hold-out`` leaves sources out), and no-answer passages for a share of
-the questions. Each example is cut into the windows the reader reads (:func:`span_features`);
-a window that does not hold the answer is labelled no-answer (position 0).
-
-Loss: SQuAD's, ``L = (CE(start_logits, s) + CE(end_logits, e)) / 2`` per window (Devlin et al. 2019).
-
-After training, the no-answer threshold is calibrated on the dev articles' questions (held out
-of training): each question over its gold paragraph and over another paragraph of its article
-(which must return no answer); the threshold is the margin that maximises the mean F1 over both
-(:func:`calibrate`), written to the folder's ``reader.json`` with the dev F1 and EM per language.
-Same command on CPU and GPUs (bf16; ``torchrun`` for DDP), checkpoints with resume, fixed seeds, a
-model card with the command that reproduces it.
+Data (:mod:`.reader_data`): XQuAD train articles but the dev ones in 12 languages, every corpus QA source with answer
+spans (``--hold-out`` leaves sources out), and no-answer passages for a share of the questions, cut into the windows
+the reader reads (:func:`span_features`; a window that does not hold the answer is labelled no-answer, position 0).
+Loss: SQuAD's, ``L = (CE(start_logits, s) + CE(end_logits, e)) / 2`` per window (Devlin et al. 2019). After training,
+the no-answer threshold is calibrated on the held-out dev articles' questions, each over its gold paragraph and over
+another paragraph of its article (which must return no answer): the margin that maximises the mean F1 over both
+(:func:`calibrate`), written to the folder's ``reader.json`` with the dev F1 and EM per language. Same command on CPU
+and GPUs (bf16; ``torchrun`` for DDP), checkpoints with resume, fixed seeds, a model card with the command that
+reproduces it.
 """
 
 from __future__ import annotations

@@ -1,24 +1,15 @@
-"""Training data for the LAMAR cross-encoder (seed 002, appendix A), built from XQuAD.
-
-XQuAD is a parallel dataset: question ``i`` and paragraph ``j`` exist in all 12
-languages (question ids and paragraph groups are shared), so every English
-(query, document) relation has a realisation in any (query language, document
-language) combination. Only the **train** articles are used; a few of them can be
-held out as a dev slice. Deterministic under ``seed``.
-
-* Stage 1 (Algorithm 1, English-anchored distillation): per question, ``rounds``
-  times, its gold paragraph plus ``n_sampled`` paragraphs drawn without
-  replacement from *other* examples (never its own paragraph); the student reads
-  the pair in ``LangPair(c)``, the teacher its English realisation. Each document
-  slot keeps its own counter ``c``, so gold and sampled pairs are each balanced.
-* Stage 2 (Algorithm 2, language-coherence groups): per question, ``repeats``
-  groups ``(q_src, d+_src, d+_tgt, d-_src, d-_tgt)`` with ``(src, tgt) = LangPair(c)``;
-  the negative is one other paragraph of the same article (a hard negative, fixed
-  per question as MIRACL's one negative per row), or, given a retriever's lists, the
-  wrong paragraphs that retriever ranks best for that query (what the reranker reranks).
-
-``LangPair(c, L)`` cycles through the ordered Cartesian product ``L x L``
+"""Training data for the LAMAR cross-encoder (seed 002, appendix A), built from XQuAD's **train** articles (a few of
+them can be held out as a dev slice); deterministic under ``seed``. XQuAD is parallel: question ``i`` and paragraph
+``j`` exist in all 12 languages, so every English (query, document) relation has a realisation in any (query
+language, document language) combination. ``LangPair(c, L)`` cycles through the ordered Cartesian product ``L x L``
 (same-language pairs included), so every combination is balanced.
+
+* Stage 1 (Algorithm 1, English-anchored distillation): per question, ``rounds`` times, its gold paragraph plus
+  ``n_sampled`` paragraphs drawn without replacement from *other* examples; the student reads the pair in
+  ``LangPair(c)``, the teacher its English realisation; each document slot keeps its own counter ``c``.
+* Stage 2 (Algorithm 2, language-coherence groups): per question, ``repeats`` groups ``(q_src, d+_src, d+_tgt,
+  d-_src, d-_tgt)`` with ``(src, tgt) = LangPair(c)``; the negative is another paragraph of the same article (fixed
+  per question, as MIRACL's one negative per row) or, given a retriever's lists, its best-ranked wrong paragraphs.
 """
 
 from __future__ import annotations

@@ -1,41 +1,15 @@
-"""One inference engine for every encoder forward pass: search, rerank, answer, index build, eval.
+"""One inference engine for every encoder forward pass (search, rerank, answer, index build, eval): on a 2-core CPU
+the forward pass is the whole cost, and four things decide it, alike for bi- and cross-encoders:
 
-Why one engine: on a 2-core CPU the forward pass is the whole cost, and three things decide it,
-the same for the bi-encoder and the cross-encoder:
+* **batches of at most ``max_batch_tokens`` padded tokens**, length-sorted, so none pads a short text to a long one;
+* **precision**: ``fp32``, ``int8`` (ONNX Runtime dynamic quantisation), ``bf16``/``fp16`` (torch; fp16 on GPU only);
+  ``auto`` reads the folder's inference record (:mod:`.folder`), else fp32 on CPU, bf16 (or fp16) on GPU;
+* **backend**: ``onnx`` (ONNX Runtime's fused BERT graph, residual layer norms unfused) or ``torch`` (the GPU's);
+* **batches in flight**: on ONNX, ``parallel_batches`` passes at once, each on cores / ``parallel_batches`` threads
+  (:func:`lane_threads`), so a pass's ~150 small operators need no meeting of threads (``docs/design.md``).
 
-* **batches bounded by padded tokens, not by count**: inputs are tokenised once, sorted by length
-  and cut into batches of at most ``max_batch_tokens`` padded tokens, so no batch pads a short text
-  to a long one and activations stay in cache (here 8 x 184-token passages run ~1.7x faster per
-  passage than sentence-transformers' 32);
-* **precision**: ``fp32`` (reference), ``int8`` (ONNX Runtime dynamic quantisation, per-channel
-  int8 weights of every MatMul/Attention, activations quantised per batch), ``bf16``/``fp16``
-  (torch; bf16 is native only on CPUs with AVX512_BF16/AMX, elsewhere emulated and slow; fp16 on
-  GPU only);
-* **backend**: ``onnx`` (ONNX Runtime with its fused BERT graph: one Attention and BiasGelu kernel per
-  layer; the residual layer norms stay Add + LayerNormalization, see :func:`.onnx_export._unfuse_skip_layer_norm`) or
-  ``torch`` (eager/SDPA; the only one on GPU);
-* **batches in flight**: on ONNX a call with several batches keeps ``parallel_batches`` (2) forward
-  passes running at once on runner threads (ONNX Runtime's ``run`` is thread-safe and releases the
-  GIL), each pass on cores / ``parallel_batches`` threads (:func:`lane_threads`: 1 on 2 cores). Spread
-  over both cores, each of a pass's ~150 small operators (layer norms, GELU, the per-batch int8
-  activation quantisation) is a parallel section whose threads must meet; two single-threaded lanes do
-  the same work with no meeting. On the 2-core Xeon (AMX, int8, alternating runs) this took 20 XQuAD
-  passages from ~0.74 to ~0.57-0.61 s, 160 passages from ~60 to ~70/s, and the server's CPU per
-  ``/search`` from ~17 to ~12 ms; a lone query runs on one lane.
-
-``precision="auto"`` takes what the model folder's inference record (:mod:`.folder`) holds as the fastest
-precision within 0.3 points of fp32 on the eval tables (written by ``samelang eval precision``),
-and when there is none fp32 on CPU, bf16 (fp16 where the GPU lacks bf16) on GPU. ONNX graphs are
-exported once per model fingerprint and precision into ``$SAMELANG_HOME/cache/onnx`` (written to a
-scratch folder, then renamed).
-
-**An exported graph is self-contained**: its folder holds ``model.onnx``, the tokenizer
-(``tokenizer.json``, the ``tokenizers`` library's own format) and ``model.json`` (pad id, maximum
-length and what the caller needs, e.g. the embedding size and e5 prompts). So a process that serves
-from ONNX never loads the torch weights, nor imports torch: the model is read once, at export, and
-the server keeps one copy of it (ONNX Runtime's), not two. Tokenisation is the ``tokenizers``
-library's ``encode_batch`` with the same truncation as transformers' fast tokenizer (``longest_first``,
-right side), which is what transformers calls underneath.
+An ONNX graph (one per model fingerprint and precision, in ``$SAMELANG_HOME/cache/onnx``) is self-contained: weights,
+``tokenizer.json`` and ``model.json``; so a server on ONNX never imports torch and holds one copy of the model.
 """
 
 from __future__ import annotations

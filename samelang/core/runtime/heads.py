@@ -1,15 +1,13 @@
-"""What a forward pass returns, read from the model's own sentence-transformers configuration, so that
-any checkpoint runs as its authors meant it, not as e5-small does:
+"""What a forward pass returns, read from the model's own sentence-transformers configuration, so that any checkpoint
+runs as its authors meant it, not as e5-small does:
 
-* a bi-encoder pools as its ``Pooling`` module says (``mean``: e5; ``cls``: bge-m3; ``lasttoken``:
-  decoder embedders) and puts before a query and a passage the prompts its config names
-  (:func:`pick_prompts`: ``query`` / ``document``, ``passage``, ``corpus``, jina's
-  ``retrieval.query`` ...), as sentence-transformers' ``encode_query`` / ``encode_document`` would;
-* a cross-encoder scores with its classifier's first logit, or, for a causal LM (Qwen3-Reranker
-  style, sentence-transformers' ``LogitScore``), ``logit("yes") - logit("no")`` at the last token of
-  ``prefix + query + middle + document + suffix``, left-padded: the pair rendered by the model's own
-  chat template (its ``query`` and ``document`` roles), or Qwen3-Reranker's instruction when the
-  model has none that carries a pair (:data:`QWEN3_RERANKER_TEMPLATE`).
+* a bi-encoder pools as its ``Pooling`` module says (``mean``: e5; ``cls``: bge-m3; ``lasttoken``: decoder embedders)
+  and prefixes queries and passages with the prompts its config names (:func:`pick_prompts`: ``query`` / ``document``,
+  ``passage``, ``corpus``, jina's ``retrieval.query`` ...), as ``encode_query`` / ``encode_document`` would;
+* a cross-encoder scores with its classifier's first logit, or, for a causal LM (Qwen3-Reranker style,
+  sentence-transformers' ``LogitScore``), ``logit("yes") - logit("no")`` at the last token of the left-padded
+  ``prefix + query + middle + document + suffix``: the pair in the model's own chat template (its ``query`` and
+  ``document`` roles), else Qwen3-Reranker's instruction (:data:`QWEN3_RERANKER_TEMPLATE`).
 
 A mode this engine does not implement is refused at load with its name, never run as another.
 """

@@ -1,25 +1,15 @@
 """int8 that keeps quality: SmoothQuant, calibrated on train articles, then dynamic quantisation.
 
-Why: ONNX Runtime's dynamic quantisation gives every activation one int8 scale per tensor, and a
-BERT layer's activations have a few outlier channels that take most of that range; the rest is
-rounded coarsely. On multilingual-e5-small that cost 1.4 points of Max@R_norm (the int8 row of the
-precision tables), with the FFN down-projections the largest share (``scripts/experiments/
-int8_variants.py``: leaving them in fp32 alone lifts the mean cosine with fp32 from 0.9963 to 0.9989,
-at two thirds of the int8 speed).
-
-SmoothQuant (Xiao et al., ICML 2023) moves the outliers from the activations into the weights,
-which quantise per channel and do not mind. For each weight x activation product ``Y = X W`` (every
-MatMul and the fused Attention's packed QKV projection), per input channel ``j``::
+Why: ONNX Runtime's dynamic quantisation gives an activation one int8 scale per tensor, most of which a BERT layer's
+few outlier channels take. SmoothQuant (Xiao et al., ICML 2023) moves them into the weights, quantised per channel:
+for each ``Y = X W`` (every MatMul and the fused Attention's packed QKV projection), per input channel ``j``::
 
     s_j = max|X_j| ** alpha / max_k |W_jk| ** (1 - alpha)
     Y   = (X diag(s)^-1) (diag(s) W)
 
-which is the same ``Y`` in real numbers. ``max|X_j|`` is calibrated on fixed TRAIN-article texts of
-XQuAD (:func:`calibration_texts`; never the test articles). ``X diag(s)^-1`` is one ``Mul`` node on the
-edge into that product only (the same ``X`` also feeds the residual stream, so folding the scale
-into the LayerNorm before it would change the model). Then every MatMul/Attention is quantised
-dynamically (per-channel int8 weights), as before. alpha = 0.8 was chosen by that script on train
-texts: mean cosine with fp32 0.9992 (min 0.9981) at the speed of plain int8, vs 0.9963 without.
+the same ``Y`` in real numbers. ``max|X_j|`` comes from fixed XQuAD TRAIN-article texts (:func:`calibration_texts`);
+``X diag(s)^-1`` is one ``Mul`` on the edge into that product only (``X`` also feeds the residual stream, so the
+LayerNorm ahead of it cannot take the scale). Then every MatMul/Attention is quantised dynamically; alpha = 0.8.
 """
 
 from __future__ import annotations

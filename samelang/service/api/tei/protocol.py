@@ -1,28 +1,14 @@
-"""Request and response models of the routes shaped like Hugging Face text-embeddings-inference
-(TEI): ``POST /embed`` (and ``POST /``, TEI's default route of an embedding model), ``POST /rerank``
-with a ``texts`` body, ``POST /tokenize`` and TEI's fields in ``GET /info``.
+"""Request and response models of the routes shaped like Hugging Face text-embeddings-inference (TEI): ``POST /embed``
+(and ``POST /``), ``POST /rerank`` with a ``texts`` body, ``POST /tokenize`` and TEI's fields in ``GET /info``.
 
-Why: Haystack's TEI embedders and ranker, LangChain's ``HuggingFaceEndpointEmbeddings`` and
-``huggingface_hub.InferenceClient`` speak TEI; with these routes they need only samelang's URL.
-The vectors and scores are the other routes' own (``/v1/embeddings``, ``/rerank``), computed by
-the same code. Field for field what TEI accepts, with TEI's defaults, except where our models
-differ, and then the field's description says how:
-
-* ``prompt_name``: as TEI, the model's named prompt (e5's ``query`` or ``passage``) and, without a
-  name, none: the e5 model names no default, and TEI users put e5's ``query: `` / ``passage: ``
-  before their texts themselves (Haystack's ``prefix``), which a default prompt would double.
-* ``truncate``: false (TEI's default) refuses a text longer than the model's window with a 422 that
-  names it; true cuts it, as every other route does. Only the right side is cut
-  (``truncation_direction: left`` is a 422: the engines here cut on the right).
-* ``normalize: false``: the mean-pooled vectors before L2 normalisation, as TEI gives them (Haystack's
-  TEI embedders send it by default). A fused retriever's vector is two unit halves joined and has
-  no such form: it comes as it is.
-* ``raw_scores``: a cross-encoder's logit (the score before its sigmoid); the bi-encoder fallback's
-  cosine is its raw score either way.
-
-``POST /rerank`` serves both bodies: one with ``texts`` is TEI's (a list of ``{index, score,
-text?}`` comes back), one with ``documents`` is samelang's own. The rule is the body's content,
-not the path, because every TEI client posts to ``{url}/rerank``.
+Why: Haystack's TEI embedders and ranker, LangChain's ``HuggingFaceEndpointEmbeddings`` and ``huggingface_hub``'s
+``InferenceClient`` speak TEI; with these routes they need only samelang's URL. Vectors and scores are the other
+routes' own (``/v1/embeddings``, ``/rerank``), computed by the same code. Fields are TEI's, with TEI's defaults,
+except where our models differ, and then the field's description says how (``prompt_name``: none by default, as e5
+names none; ``truncate``: only the right side is cut; ``normalize: false``: the vectors unnormalised, but a fused
+retriever's as they are; ``raw_scores``: a cross-encoder's logit). ``POST /rerank`` serves both bodies: one with
+``texts`` is TEI's, one with ``documents`` samelang's own. The rule is the body's content, not the path, because
+every TEI client posts to ``{url}/rerank``.
 """
 
 from __future__ import annotations
