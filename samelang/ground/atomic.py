@@ -17,8 +17,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import numpy as np
-
 
 def _fsync_dir(path: Path) -> None:
     try:
@@ -141,9 +139,10 @@ def atomic_write_text(target: str | Path, text: str) -> None:
     atomic_write_bytes(target, text.encode("utf-8"))
 
 
-def cached_array(path: Path, compute) -> np.ndarray:
+def cached_array(path: Path, compute):
     """``np.load(path)`` when it exists, else ``compute()`` saved atomically to ``path`` (``.npy``):
     the disk cache of teacher scores and of evaluation scores."""
+    import numpy as np  # deferred: keeps numpy out of the CLI's start-up (this module is on its path)
 
     path = Path(path)
     if path.exists():

@@ -5,12 +5,8 @@ handlers, which map them to and from the HTTP protocol."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from samelang.indexes.docstore import StoredDoc
-
-if TYPE_CHECKING:  # annotations only: the CLI's start-up (ServiceSettings reads Defaults) needs no numpy
-    pass
 
 READER, ANY = "reader", "any"  # language preferences: the query's language first, or none
 

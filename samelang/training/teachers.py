@@ -18,8 +18,8 @@ from samelang.core.models.fused import is_fused_folder, query_moments
 from samelang.core.models.reranker import CrossEncoderReranker
 from samelang.core.paths import REPO_MODELS
 from samelang.core.runtime.precision import EngineOptions
+from samelang.ground.atomic import cached_array
 from samelang.service.registry import open_encoder, served_fingerprint
-from samelang.training import loop
 from samelang.training.reranker_data import DistillInstance
 
 
@@ -137,4 +137,4 @@ def teacher_scores(teacher: str, max_length: int, data: list[DistillInstance], h
             model = CrossEncoderTeacher(teacher, device, max_length, home)
         return model([x.q_en for x in data], [x.d_en for x in data])
 
-    return loop.cached_array(cache, compute)
+    return cached_array(cache, compute)

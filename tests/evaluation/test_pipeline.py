@@ -187,6 +187,8 @@ def test_eval_pipeline_command_end_to_end(tmp_path, samelang_home):
     import subprocess
     import sys
 
+    from samelang.evaluation.fusion import tuned_weights
+
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "samelang", "eval", "pipeline", "--max-questions", "2", "--per-lang", "2"]
     r = subprocess.run([*cmd, "--out", str(out)], capture_output=True, text=True, timeout=3600)
@@ -194,7 +196,7 @@ def test_eval_pipeline_command_end_to_end(tmp_path, samelang_home):
     data = json.loads((out / "results.json").read_text())
     # 2 retrievers x 2 strategies x (none, cosine, lamar) + base's hybrid x 2 strategies x (none, lamar)
     assert len(data["rows"]) == 16 and data["http"]["queries"] == 24
-    assert {r["lexical_weight"] for r in data["rows"]} == {0.0, ev.tuned_weights()["base"]}
+    assert {r["lexical_weight"] for r in data["rows"]} == {0.0, tuned_weights()["base"]}
     for row in data["rows"]:
         assert 0 <= row["sample"]["ndcg_at_1"]["mean"] <= 100 and row["latency_ms_p50"] > 0
 

@@ -51,7 +51,7 @@ CHILD = textwrap.dedent(
     from pathlib import Path
     import samelang.ground.atomic as A
     import samelang.indexes.writes as I
-    from tests.indexes.test_atomic import MODEL, corpus, embed
+    from tests.ground.test_atomic import MODEL, corpus, embed
 
     path, kill_at = Path(sys.argv[1]), sys.argv[2]
     die = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)
