@@ -1,6 +1,6 @@
 """The ``samelang`` command: the composition root that joins each package's commands.
 
-It sits above ``indexes``, ``service`` and ``training`` so that none of them
+It sits above ``indexes``, ``service``, ``evaluation`` and ``training`` so that none of them
 has to import upward.
 
 The training and bench commands are joined only when the command line asks for them (or for the
@@ -32,7 +32,9 @@ def build_app(full: bool = True) -> typer.Typer:
     app.command("serve")(serve)
     if full:
         from samelang.bench.cli import bench  # deferred: keeps the bench (faiss, numpy) out of start-up
-        from samelang.training.cli import data_app, eval_app, train_app  # deferred: keeps torch out of start-up
+        from samelang.evaluation.cli import eval_app  # deferred: keeps the judge's imports out of start-up
+        from samelang.training.cli import data_app, train_app  # deferred: keeps torch out of start-up (it also
+        # joins `eval biencoder-ablation`, which trains, to eval_app)
 
         app.add_typer(train_app, name="train")
         app.add_typer(eval_app, name="eval")

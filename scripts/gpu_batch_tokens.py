@@ -20,10 +20,10 @@ from pathlib import Path
 
 import torch
 
+from samelang.core.folder import replace_section
 from samelang.core.models.base_model import base_model_dir
 from samelang.core.models.encoder import Encoder
-from samelang.core.models.folder import replace_section
-from samelang.core.models.precision import EngineOptions, cpu_summary
+from samelang.core.runtime.precision import EngineOptions, cpu_summary
 from samelang.core.settings import settings
 from samelang.corpora import load_xquad
 from samelang.indexes.writes import _embed_all  # the index build's own batching, so that this times it

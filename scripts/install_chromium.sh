@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Debian's Chromium for the audit page's browser test (tests/service/api/test_audit_page.py), driven by
+# Debian's Chromium for the audit page's browser test (tests/service/api/native/test_audit_page.py), driven by
 # Playwright through its executable path: no browser download; and a CJK font, so that the screenshot
 # the test keeps shows the Chinese queries as text. Does nothing when both are installed.
 set -euo pipefail

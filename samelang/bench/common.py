@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from samelang.core.models.precision import cpu_flags, cpu_has_bf16
+from samelang.core.runtime.precision import cpu_flags, cpu_has_bf16
 
 
 @dataclass

@@ -1,19 +1,13 @@
-"""Section "milvus": the same vectors in FAISS (in process) and in Milvus (milvus-lite, through the
-product's :class:`samelang.indexes.stores.MilvusStore`), built and searched side by side.
+"""Section "milvus": the same vectors in FAISS (in process) and in Milvus (milvus-lite, through the product's
+:class:`samelang.indexes.stores.MilvusStore`), built and searched side by side.
 
-The vectors are the "scale" section's (perturbations of real paragraph embeddings, see
-``samelang/bench/scale.py``), the queries too. Per store and index kind: the time to build (FAISS: add; Milvus:
-create the collection, upsert every row in the product's batches, flush, build and load the index), the
-bytes on disk per vector, recall@10 against exact search, and the one-query latency that ``/search`` pays
-(p50, p95; FAISS rows are the scale section's own, timed after a warm pass; Milvus after ten warm-up
-queries). Milvus's searches carry the product's filter (the generation's rows, no deleted row), as
-serving does. IVF on both: nlist as the scale section's, nprobe the smallest that meets
-the recall target. milvus-lite is Milvus for one machine (one process per file): a Milvus server adds a
-network hop per search and scales out; these rows say what the same client code costs on one host.
-
-What milvus-lite is (3.x): a Python engine over FAISS indexes with Milvus's API (``milvus_lite/index``);
-a filtered search builds a selector over the valid rows per query, so its latency grows with the
-collection whatever the index. It is for development and tests; a Milvus server is for scale.
+Vectors and queries are the "scale" section's (perturbed real paragraph embeddings, ``samelang/bench/scale.py``).
+Per store and index kind: the time to build (FAISS: add; Milvus: create the collection, upsert in the product's
+batches, flush, build and load the index), bytes on disk per vector, recall@10 against exact search, and the
+one-query latency ``/search`` pays (p50, p95; FAISS rows are the scale section's, timed after a warm pass; Milvus
+after ten warm-up queries). Milvus's searches carry the product's filter (the generation's rows, no deleted row), as
+serving does. IVF on both: nlist as the scale section's, nprobe the smallest that meets the recall target. The rows
+say what the same client code costs on one host; ``docs/scale-out.md`` says what milvus-lite is and is not for.
 """
 
 from __future__ import annotations

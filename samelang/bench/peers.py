@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from samelang.core.models.encoder import Encoder
-from samelang.core.models.precision import EngineOptions, resolve
+from samelang.core.runtime.precision import EngineOptions, resolve
 from samelang.corpora import load_xquad
 from samelang.indexes.vectors import normalise
 from samelang.service.registry import default_weights

@@ -16,7 +16,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from samelang.core.models.onnx_export import DISABLED_ORT_OPTIMIZERS
+from samelang.core.runtime.onnx_export import DISABLED_ORT_OPTIMIZERS
 from samelang.service.components import load_components
 from samelang.service.config import ServiceSettings
 from samelang.service.results import SearchOptions

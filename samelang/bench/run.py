@@ -1,28 +1,15 @@
 """``samelang bench``: every speed number of ``docs/performance.md``, measured side by side in one run.
 
-Sections (each prints a Markdown table; medians over ``repeats``; ours and the reference are
-timed in alternation within each repetition, so machine noise hits both alike):
-
-1. ``embed``: passages/s and tokens/s, ours (each precision) vs sentence-transformers ``encode``
-   fp32 on the same model and texts, and the share of the CPU's FLOP peak that is;
-2. ``rerank``: one query x 20 paragraphs, ours vs ``CrossEncoder.predict`` on the same checkpoint;
-3. ``http``: ``/search`` and ``/rerank`` latency percentiles and throughput at concurrency
-   1/8/32 against ``samelang serve`` on localhost (load generator and server share the CPU);
-4. ``build``: time to embed and index XQuAD (all 12 languages, 2,880 paragraphs; ``--quick``: en+zh);
-5. ``scale``: Flat vs HNSW vs IVF at 10k/100k(/1M) vectors grown from the index's real embeddings;
-6. ``memory``: resident memory of ``samelang serve`` per component (``/info``), with and without the
-   embedded generator, after a fixed round of traffic;
-7. ``peers``: our engine vs infinity-emb's torch and ONNX engines on the same model and texts (each
-   peer in its own venv and process, :mod:`samelang.bench.peers`): passages/s, one-query latency, agreement;
-8. ``stream``: what a reader of a streamed ``/answer`` waits for (passages, first token, whole answer)
-   against ``/search`` and the waited-for ``/answer``, embedded generator (:mod:`samelang.bench.stream`);
-9. ``soak`` (only when asked): 10 minutes of mixed traffic, errors and server RSS drift.
-10. ``scale-10m`` (only when asked): IVF-PQ at 10M vectors, streamed (``samelang/bench/scale_pq.py``).
-11. ``train`` (only when asked): the bi-encoder trainer's steps/s and peak RSS, fp32 against bf16
-    autocast (``samelang/bench/train.py``).
-
-``tiny`` (``--tiny``) shrinks every section to a handful of inputs and the one-language demo index,
-so that a test can run each section end to end and check its table: it measures nothing.
+Each section prints a Markdown table (medians over ``repeats``; ours and the reference alternate within each
+repetition, so machine noise hits both alike): ``embed`` (passages/s and tokens/s per precision vs
+sentence-transformers ``encode`` fp32, and the share of the CPU's FLOP peak), ``rerank`` (one query x 20 paragraphs
+vs ``CrossEncoder.predict``), ``http`` (``/search`` and ``/rerank`` latency and throughput at concurrency 1/8/32
+against ``samelang serve`` on localhost), ``build`` (embed and index XQuAD), ``scale`` (Flat vs HNSW vs IVF at
+10k-1M vectors grown from real embeddings), ``memory`` (``samelang serve``'s RSS per component, with and without
+the generator), ``peers`` (infinity-emb's engines, :mod:`samelang.bench.peers`), ``stream`` (what a reader of a
+streamed ``/answer`` waits for, :mod:`samelang.bench.stream`); only when asked: ``soak`` (10 minutes of mixed
+traffic), ``scale-10m`` (:mod:`samelang.bench.scale_pq`) and ``train`` (:mod:`samelang.bench.train`).
+``--tiny`` shrinks every section to a handful of inputs so a test can run each end to end: it measures nothing.
 """
 
 from __future__ import annotations
@@ -62,11 +49,11 @@ from samelang.bench.soak import format_soak, soak
 from samelang.bench.stream import bench_stream
 from samelang.bench.train import format_train_table, run_train
 from samelang.core.models.encoder import Encoder
-from samelang.core.models.precision import EngineOptions, cpu_has_bf16, resolve
 from samelang.core.models.reranker import CrossEncoderReranker
 from samelang.core.paths import PERFORMANCE_DOC
+from samelang.core.runtime.precision import EngineOptions, cpu_has_bf16, resolve
 from samelang.corpora import XQUAD_LANGS, load_xquad
-from samelang.indexes.atomic import atomic_dir, atomic_write_text
+from samelang.ground.atomic import atomic_dir, atomic_write_text
 from samelang.indexes.generations import IndexNotFound, current_generation
 from samelang.indexes.index import open_index
 from samelang.indexes.writes import build_index

@@ -1,23 +1,14 @@
 """Section "scale-10m" (only when named): a compressed IVF-PQ index at 10M vectors, streamed.
 
-10M x 384 float32 is 15.4 GB: more than the index may hold (2 GB), so nothing here keeps the corpus.
-Every chunk of vectors is made from its own random stream (one child of one seed per chunk), so the same
-chunk can be made again: once for the exact top-k of the queries (a running top-k over the chunks, i.e.
-a streamed Flat search), once to add it to the index. The index is FAISS's own: an inverted file whose
-lists hold 4-bit product-quantisation codes scanned with SIMD ("fast scan"), then a refine stage that
-re-scores the best ``k_factor x k`` candidates with finer codes (``Refine(...)``), all in RAM.
+10M x 384 float32 is 15.4 GB, more than the index may hold (2 GB), so nothing here keeps the corpus: each chunk of
+vectors comes from its own random stream (one child of one seed per chunk) and is made twice, once for the queries'
+exact top-k (a running top-k over the chunks: a streamed Flat search), once to add it to the index. The index is
+FAISS's own: an inverted file of 4-bit product-quantisation codes scanned with SIMD ("fast scan"), then a refine
+stage that re-scores the best ``k_factor x k`` candidates with finer codes (``Refine(...)``), all in RAM.
 
-The data model is the 10k-1M scale table's (``samelang.bench.scale.make_vectors``): a real paragraph embedding
-("seed") moved towards one of its neighbours, plus Gaussian noise in all 384 dimensions. What that does to
-a compressed index: ~350 perturbations of each seed at 1M (~3,500 at 10M) sit at almost the same distance
-from a query, so a query's 10th and 11th exact neighbours differ by 0.00016 in cosine (median), 50x less
-than consecutive neighbours among the real paragraphs (~0.008). Which 10 of them are "the" top 10 is
-decided by noise finer than any code that fits 2 GB at 10M keeps. At 1M
-(``scripts/experiments/ivfpq_sweep.py``; IVF1024 with 4-bit PQ48 fast scan, k_factor 64): refined with
-8-bit PQ128 (160 bytes a vector with ids) recall@10 is 0.32, with 4-bit scalar codes (224 bytes) 0.41,
-8-bit scalar codes (418 bytes, 4.2 GB at 10M) 0.86, fp16 (802 bytes) 0.89. (Blending a seed with its
-neighbours and no noise, tried as a "low intrinsic dimension" model, is worse: neighbours then differ by
-8e-6.) The row is measured and reported as it is.
+The data model is the scale table's (:func:`samelang.bench.scale.make_vectors`: a real paragraph embedding moved
+towards a neighbour, plus Gaussian noise), whose near-ties no code that fits 2 GB at 10M resolves; the row is
+measured and reported as it is (recall per code at 1M: ``docs/performance.md``, ``docs/design.md``).
 """
 
 from __future__ import annotations

@@ -1,16 +1,14 @@
 """``samelang bench --section train``: the bi-encoder trainer's steps per second and peak resident
 memory on this CPU, per configuration, side by side.
 
-Each configuration runs ``python -m samelang.training.speed`` in a process of its own (the peak RSS of
-a process is its own; the bench never imports the trainer, which brings torch). Same model, same
-batches, same tokens per step; only how a step runs changes:
+Each configuration runs ``python -m samelang.training.speed`` in a process of its own (the peak RSS of a process is
+its own; the bench never imports the trainer, which brings torch). Same model, batches and tokens per step; only how
+a step runs changes:
 
-* ``fp32``: what the trainer did on every CPU before (bf16 autocast on GPUs only);
+* ``fp32``: no autocast on the CPU (bf16 autocast on GPUs only);
 * ``auto``: bf16 autocast where the CPU multiplies bf16 natively (AVX512_BF16 or AMX), else fp32;
-* ``auto, --lora-dropout 0``: LoRA's input dropout draws a Bernoulli mask for the input of every adapted
-  linear layer (6 per layer, 12 layers, each of a step's 5 forward passes): on a CPU that is a quarter
-  of a bf16 step (torch.profiler), and the recipe can do without it (the encoder's own dropout is off
-  for the same reason)."""
+* ``auto, --lora-dropout 0``: without LoRA's input dropout, whose Bernoulli masks take a large share of a CPU step
+  (``docs/design.md``); the recipe does without it, as the encoder's own dropout is off for the same reason."""
 
 from __future__ import annotations
 
@@ -20,7 +18,7 @@ import sys
 from pathlib import Path
 
 CONFIGS = (
-    ("fp32 (the CPU default before)", {"precision": "fp32"}),
+    ("fp32 (the reference)", {"precision": "fp32"}),
     ("auto (bf16 where the CPU has it)", {"precision": "auto"}),
     ("auto, --lora-dropout 0", {"precision": "auto", "lora_dropout": 0.0}),
 )

@@ -1,19 +1,14 @@
-"""Each option is declared once: a field of a pydantic-settings class.
+"""Each option is declared once: a field of a pydantic-settings class, carrying the type, the default, the bounds and
+the doc. Everything else is derived from it, so they can never disagree (TEI's rule: a flag, its env twin and its
+doc are one declaration):
 
-The field carries the type, the default, the bounds and the doc. Everything else is derived
-from it, so the three can never disagree (TEI's rule: a flag, its env twin and its doc are
-one declaration):
+* the CLI flag ``--field-name`` (typer; ``--x/--no-x`` for booleans, the choices of a ``Literal`` type), with the
+  help text ``doc (env: SAMELANG_...; default: ...)``;
+* the environment twin, ``<env_prefix><FIELD>`` of the class (or the field's alias, e.g. the shared ``SAMELANG_HOME``);
+* the reproduce command in model cards (:func:`reproduce_command`), which :func:`parse_options` reads back.
 
-* the CLI flag ``--field-name`` (typer; ``--x/--no-x`` for booleans, the choices of a
-  ``Literal`` type), with the help text ``doc (env: SAMELANG_...; default: ...)``;
-* the environment twin, ``<env_prefix><FIELD>`` of the class (or the field's own alias,
-  e.g. ``SAMELANG_HOME`` that every command shares);
-* the reproduce command written into model cards (:func:`reproduce_command`), which
-  :func:`parse_options` reads back into the same options.
-
-Precedence is pydantic-settings' own: a flag (passed as an init argument), then the
-environment variable, then the default. The generated flags therefore default to
-``None`` ("not given") and never read the environment themselves.
+Precedence is pydantic-settings' own: a flag (an init argument), then the environment variable, then the default;
+so the generated flags default to ``None`` ("not given") and never read the environment themselves.
 """
 
 from __future__ import annotations
@@ -189,3 +184,17 @@ def reproduce_command(prog: str, options: BaseSettings, *, skip: Iterable[str] =
 def documented(cls: type[BaseSettings]) -> list[tuple[str, str, str]]:
     """(flag, env variable, help) of every option: what ``--help`` prints for each flag comes from here."""
     return [(flag_name(n), env_name(cls, n), option_help(cls, n)) for n in cls.model_fields]
+
+
+def usage_errors(fn):
+    """Errors of the user's making (a folder that holds the wrong thing, no model to evaluate)
+    become usage errors, not tracebacks."""
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except (ValueError, FileNotFoundError) as e:
+            raise typer.BadParameter(str(e)) from e
+
+    return run

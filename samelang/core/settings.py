@@ -16,7 +16,7 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from samelang.core.models.precision import MAX_BATCH_TOKENS, PARALLEL_BATCHES, EngineOptions
+from samelang.core.runtime.precision import MAX_BATCH_TOKENS, PARALLEL_BATCHES, EngineOptions
 
 
 def default_home() -> Path:

@@ -24,7 +24,7 @@ def render_provenance() -> str:
     out = [
         "# Training corpora: provenance",
         "",
-        "Written by `samelang data info --write` from `samelang/corpora/sources.py`; do not edit.",
+        "Written by `samelang data info --write` from `samelang/corpora/sources.json`; do not edit.",
         "",
         "Each file is taken from the repository at the commit named, checked against its size and sha256 by",
         "`samelang data import` and again at every read. The files live in the corpus store, not in this",

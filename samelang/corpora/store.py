@@ -16,6 +16,8 @@ import lzma
 import subprocess
 from pathlib import Path
 
+from pydantic import BaseModel, Field
+
 from samelang.corpora.sources import SOURCES, Source, SourceFile
 
 IMPORT_HINT = "run `samelang data import --snapshots DIR` (DIR: snapshots of the repositories PROVENANCE.md names)"
@@ -87,3 +89,18 @@ def snapshot_blob(place: Path, source: Source, f: SourceFile) -> bytes | None:
         return out.stdout if out.returncode == 0 else None
     plain = place / f.path
     return plain.read_bytes() if plain.is_file() else None
+
+
+class CorporaOption(BaseModel):
+    """The corpus store: one declaration, for ``samelang data`` and the trainers that read the views (a plain
+    model, so that each command's settings class keeps its own ``SAMELANG_*`` prefix)."""
+
+    corpora: Path | None = Field(
+        None,
+        validation_alias="SAMELANG_CORPORA",
+        description="the corpus store (default: shared/corpora beside the checkout when it holds a source, else "
+        "$SAMELANG_HOME/corpora)",
+    )
+
+    def store(self) -> CorpusStore:
+        return CorpusStore(self.corpora or default_store(self.home))

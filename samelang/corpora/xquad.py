@@ -109,3 +109,8 @@ def load_xquad(langs=None, split: Split = "all") -> XQuAD:
         paragraphs += p
         questions += q
     return XQuAD(tuple(paragraphs), tuple(questions))
+
+
+def dev_articles(n: int = 3) -> tuple[int, ...]:
+    """The last ``n`` train articles: the dev slice (train split, held out of training)."""
+    return tuple(sorted(load_split()["train_articles"])[-n:]) if n else ()

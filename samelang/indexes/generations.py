@@ -1,28 +1,15 @@
-"""A multilingual index on disk: FAISS vectors + SQLite docstore + manifest, in generations.
+"""A multilingual index on disk: FAISS vectors + SQLite docstore + manifest, in generations. This module owns the
+layout, the generations and the locks; :mod:`.index` opens and checks an index, :mod:`.writes` builds, adds, deletes
+and exports. The embedding model and the analyzer of the lexical half (:mod:`.lexical`) are the caller's.
 
-This module owns the layout, the generations and the locks; :mod:`.index` opens and checks an
-index, :mod:`.writes` builds, adds, deletes and exports.
-
-Layout (each generation is complete and never modified after it is written)::
-
-    DIR/CURRENT              the name of the live generation, replaced atomically
-    DIR/gen-000001/vectors.faiss
-    DIR/gen-000001/docs.sqlite
-    DIR/gen-000001/manifest.json
-    DIR/gen-000001/lexical/      BM25 over the texts (when the index has a lexical half)
-
-``add_documents`` (:mod:`.writes`) writes generation N+1 beside N and then swaps ``CURRENT``
-(``os.replace``), so a crash at any point leaves generation N loadable.
-The embedding model is a callable given by the caller, and so is the analyzer of the optional
-lexical (BM25) half (:mod:`samelang.indexes.lexical`): this package knows no model.
-
-Concurrency. Writers (``build_index``, ``add_documents``) hold an exclusive OS lock on
-``.DIR.lock`` beside the folder from reading ``CURRENT`` to switching it, so two writers run one
-after the other and neither loses the other's documents (the second waits, and says so). Readers
-(:func:`.index.open_index`, e.g. a running server) hold a shared lock on their generation's ``READERS``
-file for as long as the index is open; a writer deletes an old generation only when it can take
-that lock exclusively, i.e. when no reader holds it. A generation left behind is removed by a
-later writer once its readers are gone.
+Layout: ``DIR/CURRENT`` names the live generation (replaced atomically); ``DIR/gen-000001/`` holds ``vectors.faiss``,
+``docs.sqlite``, ``manifest.json`` and ``lexical/`` (BM25, when the index has that half). A generation is complete
+and never modified once written: a write makes generation N+1 beside N, then swaps ``CURRENT`` (``os.replace``), so
+a crash at any point leaves N loadable. Writers hold an exclusive OS lock on ``.DIR.lock`` from reading ``CURRENT``
+to switching it, so two writers run one after the other and neither loses documents. Readers
+(:func:`.index.open_index`) hold a shared lock on their generation's ``READERS`` file while it is open; a writer
+deletes an old generation only when it can take that lock exclusively, so a generation left behind goes once its
+readers do.
 """
 
 from __future__ import annotations
@@ -35,21 +22,11 @@ import shutil
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 FORMAT_VERSION = 1
 CURRENT = "CURRENT"
 READERS = "READERS"  # per generation: readers hold a shared lock on it
-
-
-@dataclass(frozen=True)
-class ModelInfo:
-    """What the index records about the embedding model that built it."""
-
-    name: str
-    fingerprint: str
-    dim: int
 
 
 class IndexError_(RuntimeError):

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from samelang.ground.identity import ModelInfo
 from samelang.indexes import vectors as V
 from samelang.indexes.docstore import DocStore
 from samelang.indexes.generations import (
@@ -22,7 +23,6 @@ from samelang.indexes.generations import (
     AnalyzerMismatch,
     IndexModelMismatch,
     IndexNotFound,
-    ModelInfo,
     current_generation,
     n_rows,
     reader_lock,

@@ -1,22 +1,15 @@
 """The lexical half of hybrid retrieval: Okapi BM25 over the indexed documents' texts (bm25s).
 
-Why an index of words beside the vectors. XQuAD-style questions (and most questions people type
-over a document collection) repeat the document's own words: names, numbers, rare terms. A small
-bi-encoder blurs exactly those; BM25 keeps them, and it is language-coherent by construction (a
-Thai question shares tokens with the Thai version of a paragraph, not with its English one). On the
-XQuAD *train* articles (9,792 questions, 12 languages, pool of all 2,880 paragraphs) the base
-model's cosine puts the reader's gold paragraph first for 89.5% of questions, BM25 alone for
-87.8%, and their fusion (:func:`fuse`) for 93.8%.
+Why words beside the vectors: questions people type over a collection repeat the document's own words (names,
+numbers, rare terms), which a small bi-encoder blurs and BM25 keeps; and BM25 is language-coherent by construction
+(a Thai question shares tokens with the Thai version of a paragraph, not with the English one). Fused with the
+cosine (:func:`samelang.service.candidates.fuse`) it beats either alone (``docs/design.md``).
 
-Terms come from an *analyzer* the caller gives (this package knows no model): the service passes
-its encoder's subword tokenizer (XLM-R sentencepiece for e5), which segments every script, Thai
-and Chinese included, and acts as a light stemmer; on the same train questions it beat a Unicode
-word + CJK/Thai character-bigram analyzer (93.8 vs 93.4 fused, 87.8 vs 82.4 alone). The analyzer's
-name is recorded with the index so that queries are analysed the way the documents were.
-
-The index is rebuilt from all the generation's texts whenever documents are added (BM25's
-document frequencies change with every document); a generation's ``lexical/`` folder is written
-with the rest of it, so it is as crash-safe as the vectors.
+Terms come from an *analyzer* the caller gives (this package knows no model): the service passes its encoder's
+subword tokenizer (XLM-R sentencepiece for e5), which segments every script, Thai and Chinese included, and acts as
+a light stemmer. The analyzer's name is recorded with the index, so queries are analysed as the documents were.
+The index is rebuilt from all the generation's texts on every add (BM25's document frequencies change with every
+document), into the generation's ``lexical/`` folder, so it is as crash-safe as the vectors.
 """
 
 from __future__ import annotations
@@ -30,21 +23,6 @@ import numpy as np
 Analyzer = Callable[[str], list[str]]
 FOLDER = "lexical"
 K1, B = 1.2, 0.75  # Robertson / Lucene defaults; k1 in {0.9, 1.2, 1.5, 2}, b in {0.4, 0.75, 0.9} moved fusion <= 0.5 pt
-
-
-def fuse(dense: np.ndarray, lexical: np.ndarray, weight: float, top: float | None = None) -> np.ndarray:
-    """Hybrid score: ``cos(q, d) + weight * bm25(q, d) / max_d' bm25(q, d')`` (per query row).
-
-    Dividing BM25 by the query's best BM25 score puts it on [0, 1] whatever the query's length
-    and rarity, next to a cosine; ``weight`` is tuned on the train articles
-    (``samelang eval fusion``). ``top``: the query's best BM25 over the whole index, when
-    ``lexical`` holds only some documents' scores (default: the row maximum). The whole index's
-    best, not the best among documents a language filter allows: a Thai question filtered to
-    English documents shares only stray subwords with them, and those must not weigh as much as a
-    real match."""
-    dense, lexical = np.atleast_2d(dense).astype(np.float64), np.atleast_2d(lexical).astype(np.float64)
-    best = lexical.max(axis=1, keepdims=True) if top is None and lexical.size else np.array([[top or 0.0]])
-    return dense + weight * lexical / np.maximum(best, 1e-9)
 
 
 @dataclass
@@ -78,13 +56,3 @@ class LexicalIndex:
         if not known:
             return np.zeros(self.n_docs, np.float32)
         return np.asarray(self.bm25.get_scores(known), dtype=np.float32)
-
-
-def best_rows(scores: np.ndarray, k: int) -> np.ndarray:
-    """The rows of the ``k`` highest positive scores, best first (linear selection, then a sort of
-    those ``k``: cheap on a large index)."""
-    k = min(k, int((scores > 0).sum()))
-    if k <= 0:
-        return np.zeros(0, np.int64)
-    rows = np.argpartition(-scores, k - 1)[:k]
-    return rows[np.argsort(-scores[rows], kind="stable")].astype(np.int64)

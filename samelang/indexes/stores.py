@@ -1,24 +1,15 @@
 """Where an index keeps its vectors: FAISS in the index folder (the default), or a Milvus collection.
 
-Both answer the same calls for :class:`samelang.indexes.index.OpenIndex`: nearest rows of query vectors,
-the stored vectors of rows, and how many rows there are. The rest of an index is the same for
-both and stays in its folder: the generations, the SQLite docstore (texts, ids, languages,
-groups, metadata) and the lexical half.
-
-Why Milvus keeps the docstore. A generation is the unit that readers open and writers replace
-atomically (``CURRENT``); the docstore, the lexical half and the manifest of one generation agree
-with each other by construction, which a text copy inside Milvus would not (a crash between two
-systems). Milvus holds what it can use server-side: the vector, the row (its primary key, the
-docstore's row), ``lang`` (the language filter of ``/search``) and ``group`` (for group-aware
-queries). One collection serves every generation of a build: a writer upserts the new rows, then
-switches ``CURRENT``; a reader searches only ``row < its generation's size``, so it never sees rows
-that a newer generation (or a crash before a switch) put there, and a retried add overwrites them.
-
-Deletion, the same way. A row deleted by generation ``g`` gets ``gone = g`` (live rows have
-``gone = LIVE``), and a reader of generation ``h`` searches ``gone > h``: generation ``g - 1`` still
-sees the row, ``g`` and later do not. A crashed delete leaves ``gone`` past the live generation: the
-next writer revives those rows (:meth:`MilvusStore.revive`) before it writes. Once no generation on
-disk can see a deleted row, the writer deletes it from the collection (:meth:`MilvusStore.purge`).
+Both answer :class:`samelang.indexes.index.OpenIndex`'s calls (nearest rows of query vectors, stored vectors of rows,
+the row count); the generations, the SQLite docstore and the lexical half stay in the folder, because a generation is
+what readers open and writers replace atomically, and its parts agree by construction (a copy in Milvus would not
+survive a crash between two systems). Milvus holds the vector, the row (its key, the docstore's row), ``lang``
+(``/search``'s filter) and ``group``. One collection serves every generation: a writer upserts the new rows, then
+switches ``CURRENT``; a reader searches ``row < its generation's size``, so rows of a newer generation or of a
+crashed write stay unseen, and a retried add overwrites them. A row deleted by generation ``g`` gets ``gone = g``
+(live rows: ``gone = LIVE``) and a reader of generation ``h`` searches ``gone > h``; the next writer revives the rows
+of a crashed delete (:meth:`MilvusStore.revive`), and a row no generation on disk can see is purged
+(:meth:`MilvusStore.purge`).
 """
 
 from __future__ import annotations

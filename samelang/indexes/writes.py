@@ -22,15 +22,15 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from samelang.corpora.records import Document
+from samelang.ground.atomic import atomic_dir, atomic_write_text
+from samelang.ground.identity import ModelInfo
 from samelang.indexes import vectors as V
-from samelang.indexes.atomic import atomic_dir, atomic_write_text
 from samelang.indexes.docstore import DocStore, StoredDoc
 from samelang.indexes.generations import (
     CURRENT,
     FORMAT_VERSION,
     READERS,
     IndexNotFound,
-    ModelInfo,
     current_generation,
     gen_name,
     gen_number,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from samelang.core.models.precision import EngineOptions
+from samelang.core.runtime.precision import EngineOptions
 from samelang.service.registry import open_encoder
 
 

@@ -65,11 +65,11 @@ def models_vllm_args(
 @models_app.command("info")
 def models_info(home: Path = typer.Option(None, help=HOME_HELP, show_default=False)) -> None:
     """Show the prepared models' manifests."""
+    from samelang.core.folder import (
+        read_manifest,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
+    )
     from samelang.core.models.base_model import (
         base_model_dir,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
-    )
-    from samelang.core.models.folder import (
-        read_manifest,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
     )
 
     cfg = settings(home=home)
@@ -104,7 +104,7 @@ def index_build(cfg: IndexBuildOptions) -> None:
         load_documents_jsonl,
         load_xquad,
     )
-    from samelang.indexes.langid import (
+    from samelang.ground.langid import (
         get_identifier,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
     )
     from samelang.indexes.vectors import (
@@ -146,7 +146,7 @@ def index_add(cfg: IndexAddOptions) -> None:
     from samelang.corpora import (
         load_documents_jsonl,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
     )
-    from samelang.indexes.langid import (
+    from samelang.ground.langid import (
         get_identifier,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
     )
     from samelang.indexes.writes import (
@@ -215,83 +215,52 @@ def index_info_cmd(path: Path = typer.Argument(..., help="Index folder.")) -> No
 # ---------------------------------------------------------------- serve
 def ready_to_serve(cfg: ServiceSettings) -> bool:
     """Whether everything a server reads is made (cheap: manifests and file names, no weights)."""
-    from samelang.core.models.base_model import (
-        base_model_ready,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
-    )
-    from samelang.core.models.engine import (
-        cache_dir,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
-    )
-    from samelang.core.models.gemma_checkpoint import (
-        generator_ready,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
-    )
-    from samelang.core.models.onnx_export import (
-        export_pending,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
-    )
-
-    # deferred: keeps faiss, numpy and the models out of the CLI's start-up
-    from samelang.service.registry import (
-        chosen_biencoder,
-        default_index_path,
-        default_reader,
-        default_reranker,
-        demo_index_ready,  # deferred: keeps faiss out of the CLI's start-up
-        model_parts,
-    )
+    # deferred (every import below): keeps faiss, numpy and the models out of the CLI's start-up
+    from samelang.core.models.base_model import base_model_ready  # deferred: see above
+    from samelang.core.models.gemma_checkpoint import generator_ready  # deferred: see above
+    from samelang.core.runtime.engine import cache_dir  # deferred: see above
+    from samelang.core.runtime.onnx_export import export_pending  # deferred: see above
+    from samelang.service import registry as R  # deferred: see above
 
     if not base_model_ready(cfg.home):
         return False  # converting it is the child's work (default_biencoder below would convert it here)
     device, options, cache = cfg.torch_device(), cfg.engine_options(), cache_dir(cfg.home)
-    for part in model_parts(chosen_biencoder(cfg), cfg.home):
+    for part in R.model_parts(R.chosen_biencoder(cfg), cfg.home):
         if export_pending(options, device, part, cache, "embed"):
             return False
-    reranker = default_reranker(cfg.reranker, cfg.home, cfg.revision)
+    reranker = R.default_reranker(cfg.reranker, cfg.home, cfg.revision)
     if reranker is not None and export_pending(options, device, reranker, cache, "score"):
         return False
-    reader = default_reader(cfg.reader, cfg.home)
+    reader = R.default_reader(cfg.reader, cfg.home)
     if reader is not None and export_pending(options, device, reader, cache, "span"):
         return False
     if cfg.generator == "llamacpp" and cfg.generator_model is None and not generator_ready(cfg.home):
         return False
-    return cfg.index is not None or demo_index_ready(default_index_path(cfg))
+    return cfg.index is not None or R.demo_index_ready(R.default_index_path(cfg))
 
 
 def prepare_serving(cfg: ServiceSettings) -> None:
     """Make what the server reads: the converted base model, the ONNX exports of the served models
     (the extractive reader's too), the demo index and the generator checkpoint (each once; cached
     under ``$SAMELANG_HOME``)."""
-    from samelang.core.models.engine import (
-        cache_dir,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
-    )
-    from samelang.core.models.gemma_checkpoint import (
-        prepare_generator,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
-    )
-    from samelang.core.models.onnx_export import (
-        export_pending,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
-    )
-    from samelang.core.models.reader import (
-        ExtractiveReader,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
-    )
-    from samelang.core.models.reranker import (
-        CrossEncoderReranker,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
-    )
-    from samelang.service.registry import (  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
-        chosen_biencoder,
-        default_reader,
-        default_reranker,
-        ensure_demo_index,
-        open_encoder,
-    )
+    # deferred (every import below): keeps faiss, numpy and the models out of the CLI's start-up
+    from samelang.core.models.gemma_checkpoint import prepare_generator  # deferred: see above
+    from samelang.core.models.reader import ExtractiveReader  # deferred: see above
+    from samelang.core.models.reranker import CrossEncoderReranker  # deferred: see above
+    from samelang.core.runtime.engine import cache_dir  # deferred: see above
+    from samelang.core.runtime.onnx_export import export_pending  # deferred: see above
+    from samelang.service import registry as R  # deferred: see above
 
     device, options = cfg.torch_device(), cfg.engine_options()
-    encoder = open_encoder(chosen_biencoder(cfg), device=device, home=cfg.home, options=options)
+    encoder = R.open_encoder(R.chosen_biencoder(cfg), device=device, home=cfg.home, options=options)
     if cfg.index is None:
-        ensure_demo_index(cfg.home, cfg.demo_langs, encoder, store=cfg.store_spec())
-    reranker = default_reranker(cfg.reranker, cfg.home, cfg.revision)
+        R.ensure_demo_index(cfg.home, cfg.demo_langs, encoder, store=cfg.store_spec())
+    reranker = R.default_reranker(cfg.reranker, cfg.home, cfg.revision)
     if reranker is not None:
         CrossEncoderReranker(
             reranker, device=device, max_length=cfg.reranker_max_length, home=cfg.home, options=options
         )
-    reader = default_reader(cfg.reader, cfg.home)
+    reader = R.default_reader(cfg.reader, cfg.home)
     if reader is not None and export_pending(options, device, reader, cache_dir(cfg.home), "span"):
         ExtractiveReader(reader, device=device, home=cfg.home, options=options).load()  # the server needs no torch
     if cfg.generator == "llamacpp" and cfg.generator_model is None:

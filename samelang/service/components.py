@@ -17,11 +17,11 @@ from samelang.core.models.reader import ExtractiveReader
 from samelang.core.models.reranker import CosineReranker, CrossEncoderReranker
 from samelang.core.resources import LoadLedger, rss_mb
 from samelang.corpora import XQUAD_LANGS
+from samelang.ground.langid import get_identifier
 from samelang.indexes.index import OpenIndex, open_index
-from samelang.indexes.langid import get_identifier
 from samelang.indexes.vectors import set_search_threads
 from samelang.service import registry
-from samelang.service.api import protocol as P
+from samelang.service.api import fields as P
 from samelang.service.api.prometheus import Metrics
 from samelang.service.batching import micro_batched
 from samelang.service.config import ServiceSettings

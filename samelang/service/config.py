@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from samelang.core.settings import Settings, settings
-from samelang.indexes.langid import DEFAULT_DETECT_LANGS
+from samelang.ground.langid import DEFAULT_DETECT_LANGS
 from samelang.service.limits import Limits
 from samelang.service.results import Defaults
 

@@ -7,15 +7,15 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from samelang.core.folder import adapter_saved_modules, is_adapter, model_fingerprint, read_manifest
 from samelang.core.models.base_model import base_model_dir, ensure_base_model
 from samelang.core.models.encoder import Encoder
-from samelang.core.models.folder import adapter_saved_modules, is_adapter, model_fingerprint, read_manifest
 from samelang.core.models.fused import FusedEncoder, FusionConfig, fused_fingerprint, is_fused_folder, joined_tag
 from samelang.core.models.gemma_checkpoint import generator_gguf
 from samelang.core.models.hub import is_hub_id, locate
-from samelang.core.models.onnx_export import precision_variant
-from samelang.core.models.precision import resolve
 from samelang.core.paths import REPO_MODELS
+from samelang.core.runtime.onnx_export import precision_variant
+from samelang.core.runtime.precision import resolve
 from samelang.corpora import check_langs, load_xquad
 from samelang.indexes.generations import IndexNotFound, read_index_manifest
 from samelang.indexes.stores import MILVUS_SCHEMA, StoreSpec

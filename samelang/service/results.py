@@ -5,12 +5,8 @@ handlers, which map them to and from the HTTP protocol."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from samelang.indexes.docstore import StoredDoc
-
-if TYPE_CHECKING:  # annotations only: the CLI's start-up (ServiceSettings reads Defaults) needs no numpy
-    import numpy as np
 
 READER, ANY = "reader", "any"  # language preferences: the query's language first, or none
 
@@ -49,15 +45,6 @@ class SearchOptions:
     group_candidates: bool | None = None
     language_preference: str | tuple[str, ...] = READER  # "reader", "any", or languages in order
     lexical_weight: float | None = None  # BM25's weight in hybrid retrieval (0: dense only)
-
-
-@dataclass(frozen=True)
-class LexicalQuery:
-    """One query's lexical side in a hybrid search."""
-
-    scores: np.ndarray  # BM25 of every row; 0 where the language filter excludes the row
-    top: float  # the query's best BM25 over the whole index (the scale, see samelang.indexes.lexical.fuse)
-    weight: float
 
 
 @dataclass(frozen=True)

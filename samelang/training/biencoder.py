@@ -22,16 +22,15 @@ import torch.nn.functional as F
 from pydantic import Field, model_validator
 from tqdm.auto import tqdm
 
+from samelang.core import folder, options
 from samelang.core import metrics as M
-from samelang.core import options
-from samelang.core.models import folder
-from samelang.core.models.heads import pool, read_st_config
 from samelang.core.models.model_card import ModelCardData, render_model_card
-from samelang.corpora import load_xquad
+from samelang.core.runtime.heads import pool, read_st_config
+from samelang.corpora import dev_articles, load_xquad
 from samelang.corpora.views import Views
 from samelang.training import loop
 from samelang.training.corpus import CorpusTrainingOptions
-from samelang.training.data import TARGET_LANGS, build_align_pairs, build_triplets, dev_articles, group_unique_batches
+from samelang.training.data import TARGET_LANGS, build_align_pairs, build_triplets, group_unique_batches
 from samelang.training.loop import OPERATIONAL
 from samelang.training.losses import InfoNCELoss, JSDLoss
 
@@ -79,7 +78,7 @@ class BiencoderArgs(loop.TrainerArgs, CorpusTrainingOptions):
 
 class BiEncoderModule(torch.nn.Module):
     """Tokeniser + transformer + the base's own pooling and prompts (its sentence-transformers config,
-    :func:`~samelang.core.models.heads.read_st_config`: what serving reads, so training sees the inputs
+    :func:`~samelang.core.runtime.heads.read_st_config`: what serving reads, so training sees the inputs
     serving will): the pooled embedding ``z`` (not normalised)."""
 
     def __init__(self, base: str, args: BiencoderArgs):

@@ -20,15 +20,14 @@ from pydantic import Field
 from tqdm import tqdm
 
 from samelang.core.models.encoder import Encoder
-from samelang.core.models.engine import EngineOptions
+from samelang.core.runtime.engine import EngineOptions
 from samelang.core.settings import settings
 from samelang.corpora.views import CONTAMINATION_FILE, Views, load_views
 from samelang.corpora.xquad import XQUAD_LANGS, load_xquad
-from samelang.indexes.atomic import atomic_write_text
+from samelang.evaluation.biencoder import embed_xquad
+from samelang.ground.atomic import atomic_write_text, cached_array
 from samelang.service.registry import resolve_model
 from samelang.training.corpus import DataOptions
-from samelang.training.evaluation.biencoder import embed_xquad
-from samelang.training.loop import cached_array
 
 START_THRESHOLD = 0.85
 ARTICLE_MIN, ARTICLE_SHARE = 2, 1 / 3  # whole_articles: a document that is an XQuAD article

@@ -16,15 +16,21 @@ import lzma
 from collections import Counter
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from samelang.core.settings import default_home
 from samelang.corpora.sources import SOURCES, Source
-from samelang.corpora.store import IMPORT_HINT, CorpusStore, default_store, snapshot_blob, snapshot_places
+from samelang.corpora.store import (
+    IMPORT_HINT,
+    CorporaOption,
+    CorpusStore,
+    snapshot_blob,
+    snapshot_places,
+)
 from samelang.corpora.views import DEV_EVERY, Views, load_views, read_contamination
 from samelang.corpora.xquad import XQUAD_LANGS
-from samelang.indexes.atomic import atomic_dir
+from samelang.ground.atomic import atomic_dir
 
 DATA_DOC_HEAD = """# Training corpora
 
@@ -35,21 +41,6 @@ same-document negatives); parallel passages are about 4 consecutive sentences in
 queries are one sentence of a parallel passage, the rest of the passage in another language the positive.
 
 """
-
-
-class CorporaOption(BaseModel):
-    """The corpus store: one declaration, for ``samelang data`` and the trainers that read the views (a plain
-    model, so that each command's settings class keeps its own ``SAMELANG_*`` prefix)."""
-
-    corpora: Path | None = Field(
-        None,
-        validation_alias="SAMELANG_CORPORA",
-        description="the corpus store (default: shared/corpora beside the checkout when it holds a source, else "
-        "$SAMELANG_HOME/corpora)",
-    )
-
-    def store(self) -> CorpusStore:
-        return CorpusStore(self.corpora or default_store(self.home))
 
 
 class CorpusTrainingOptions(CorporaOption):

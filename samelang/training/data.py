@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from samelang.corpora import XQUAD_LANGS, load_split, load_tatoeba, load_xquad
+from samelang.corpora import XQUAD_LANGS, load_tatoeba, load_xquad
 
 TARGET_LANGS: tuple[str, ...] = tuple(x for x in XQUAD_LANGS if x != "en")
 
@@ -35,11 +35,6 @@ class AlignPair:
     en: str
     tgt: str
     lang: str
-
-
-def dev_articles(n: int = 3) -> tuple[int, ...]:
-    """The last ``n`` train articles: the dev slice (train split, held out of training)."""
-    return tuple(sorted(load_split()["train_articles"])[-n:]) if n else ()
 
 
 def build_triplets(

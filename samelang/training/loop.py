@@ -4,7 +4,6 @@ the warm-up + linear-decay schedule, checkpoints that resume, and the atomic fin
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import random
@@ -18,13 +17,13 @@ import torch
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
-from samelang.core.models import folder
+from samelang.core import folder
 from samelang.core.models.base_model import BASE_MODEL_NAME, ensure_base_model
 from samelang.core.models.hub import check_remote_code, locate
 from samelang.core.models.loading import base_record
-from samelang.core.models.precision import cpu_has_bf16, cpu_summary
+from samelang.core.runtime.precision import cpu_has_bf16, cpu_summary
 from samelang.core.settings import HubOptions, default_home
-from samelang.indexes.atomic import atomic_dir, atomic_write_bytes
+from samelang.ground.atomic import atomic_dir
 
 # the modules LoRA adapts in both trainers (every linear layer of the BERT encoder)
 LORA_TARGETS = ["query", "key", "value", "attention.output.dense", "intermediate.dense", "output.dense"]
@@ -129,20 +128,6 @@ def start(args) -> tuple[int, int, int, torch.device]:
 def langs_of(text: str) -> tuple[str, ...]:
     """``--langs``' comma-separated codes."""
     return tuple(x.strip() for x in text.split(",") if x.strip())
-
-
-def cached_array(path: Path, compute) -> np.ndarray:
-    """``np.load(path)`` when it exists, else ``compute()`` saved atomically to ``path`` (``.npy``):
-    the disk cache of teacher scores and of evaluation scores."""
-
-    path = Path(path)
-    if path.exists():
-        return np.load(path)
-    out = compute()
-    buf = io.BytesIO()
-    np.save(buf, out)
-    atomic_write_bytes(path, buf.getvalue())
-    return out
 
 
 def warmup_linear(total: int, warmup: float):
@@ -267,7 +252,7 @@ def write_run_files(
     """The run record (the arguments, the resolved base, counts, timing), the step history and the
     manifest (checksums: what the service's model fingerprint reads; the base it was trained on,
     ``named`` as the user named it: :func:`~samelang.core.models.loading.base_record`) in ``final``;
-    the file names are the model folder's (:mod:`samelang.core.models.folder`)."""
+    the file names are the model folder's (:mod:`samelang.core.folder`)."""
 
     base_manifest = folder.read_manifest(base) or {}
     record = base_record(named, Path(base))

@@ -1,20 +1,15 @@
-"""Trainer of the extractive reader (:mod:`samelang.core.models.reader`): a start/end span head on
-the converted multilingual-e5-small, LoRA (the adapter and the new ``qa_outputs`` head, a few MB)
-or full.
+"""Trainer of the extractive reader (:mod:`samelang.core.models.reader`): a start/end span head on the converted
+multilingual-e5-small, LoRA (the adapter and the new ``qa_outputs`` head, a few MB) or full.
 
-Data (:mod:`.reader_data`): XQuAD train articles but the dev ones in 12 languages, every corpus QA
-source with answer spans (``--hold-out`` leaves sources out), and no-answer passages for a share of
-the questions. Each example is cut into the windows the reader reads (:func:`span_features`);
-a window that does not hold the answer is labelled no-answer (position 0).
-
-Loss: SQuAD's, ``L = (CE(start_logits, s) + CE(end_logits, e)) / 2`` per window (Devlin et al. 2019).
-
-After training, the no-answer threshold is calibrated on the dev articles' questions (held out
-of training): each question over its gold paragraph and over another paragraph of its article
-(which must return no answer); the threshold is the margin that maximises the mean F1 over both
-(:func:`calibrate`), written to the folder's ``reader.json`` with the dev F1 and EM per language.
-Same command on CPU and GPUs (bf16; ``torchrun`` for DDP), checkpoints with resume, fixed seeds, a
-model card with the command that reproduces it.
+Data (:mod:`.reader_data`): XQuAD train articles but the dev ones in 12 languages, every corpus QA source with answer
+spans (``--hold-out`` leaves sources out), and no-answer passages for a share of the questions, cut into the windows
+the reader reads (:func:`span_features`; a window that does not hold the answer is labelled no-answer, position 0).
+Loss: SQuAD's, ``L = (CE(start_logits, s) + CE(end_logits, e)) / 2`` per window (Devlin et al. 2019). After training,
+the no-answer threshold is calibrated on the held-out dev articles' questions, each over its gold paragraph and over
+another paragraph of its article (which must return no answer): the margin that maximises the mean F1 over both
+(:func:`calibrate`), written to the folder's ``reader.json`` with the dev F1 and EM per language. Same command on CPU
+and GPUs (bf16; ``torchrun`` for DDP), checkpoints with resume, fixed seeds, a model card with the command that
+reproduces it.
 """
 
 from __future__ import annotations
@@ -29,9 +24,8 @@ import torch
 from pydantic import Field, model_validator
 from tqdm.auto import tqdm
 
-from samelang.core import options
+from samelang.core import folder, options
 from samelang.core.metrics.answers import answer_f1, exact_match
-from samelang.core.models import folder
 from samelang.core.models.base_model import ensure_base_model
 from samelang.core.models.loading import keep_layers
 from samelang.core.models.model_card import ModelCardData, render_model_card
@@ -42,10 +36,9 @@ from samelang.core.models.reader import (
     span_features,
     write_reader_config,
 )
-from samelang.corpora import XQUAD_LANGS
+from samelang.corpora import XQUAD_LANGS, dev_articles
 from samelang.training import loop
 from samelang.training.corpus import CorpusTrainingOptions
-from samelang.training.data import dev_articles
 from samelang.training.reader_data import ReadingExample, build_reading_examples, dev_questions
 
 HEAD_MODULES = ["qa_outputs"]  # new in a converted bi-encoder: trained in full, saved with the adapter

@@ -1,4 +1,4 @@
-"""Training groups of the reranker's relevance stage: ``(query, [d+, d-_1 .. d-_K])``.
+"""Training groups of the reranker's relevance stage: ``(query, [d+, d-_1 .. d-_K])``, deterministic under ``seed``.
 
 Three sources, each from its train part only:
 
@@ -9,8 +9,6 @@ Three sources, each from its train part only:
   language B, negatives other parallel passages in B: relevance across languages;
 * the XQuAD train articles (the dev articles held out): each question in each language, its gold
   paragraph in the same language, the other paragraphs of its article.
-
-Deterministic under ``seed``.
 """
 
 from __future__ import annotations

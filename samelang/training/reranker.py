@@ -1,24 +1,15 @@
 """Trainer of the LAMAR language-aware cross-encoder (seed 002), in two stages after a relevance stage.
 
-* Stage 0, relevance: ``L_rel`` (softmax cross-entropy of the gold passage over same-document and
-  other negatives, ``losses/listwise_softmax.py``) on the corpus QA rows, the cross-language ICT
-  queries and the XQuAD train articles (``relevance_data.py``): the seed's stage 1 distils a teacher,
-  and a teacher must know relevance first. Its model is then stage 1's ``--teacher`` or ``--init``.
+* Stage 0, relevance: ``L_rel`` (:mod:`.losses.listwise_softmax`) on corpus QA rows, cross-language ICT queries and
+  XQuAD train articles (:mod:`.relevance_data`): stage 1's teacher must know relevance (``--teacher`` / ``--init``).
+* Stage 1, English-anchored relevance distillation (section 3.1, Algorithm 1): ``L_distill = (S(q_lq, d_ld) -
+  T(q_en, d_en))^2`` over XQuAD train-article pairs in every ordered language pair; teacher scores cached once.
+* Stage 2, preference alignment for language coherence (section 3.2, Algorithm 2): ``L_align = L_rank + lambda *
+  L_LC`` on groups ``[d+_src, d+_tgt, d-_src, d-_tgt]`` (ADR-MSE with labels ``[1, 1, 0, 0]`` and the softplus
+  language-coherence loss), from the stage-1 model. Ablations: ``--objective no-lc`` / ``no-rank``.
 
-* Stage 1, English-anchored relevance distillation (section 3.1, Algorithm 1):
-  ``L_distill = (S(q_lq, d_ld) - T(q_en, d_en))^2`` over XQuAD train-article pairs in
-  every ordered language pair; the teacher's scores are computed once and cached.
-* Stage 2, preference alignment for language coherence (section 3.2, Algorithm 2):
-  ``L_align = L_rank + lambda * L_LC`` on groups ``[d+_src, d+_tgt, d-_src, d-_tgt]``
-  (ADR-MSE with labels ``[1, 1, 0, 0]`` and the softplus language-coherence loss),
-  continuing from the stage-1 model. Ablations: ``--objective no-lc`` / ``no-rank``.
-
-The student is the converted multilingual-e5-small as a sequence classifier with one
-output (``AutoModelForSequenceClassification``, ``num_labels=1``); LoRA adapters plus the
-new pooler and head by default (a few MB, committed under ``models/``), or a full
-fine-tune (``--full``). Same command on CPU and GPUs (bf16; ``torchrun`` for DDP);
-progress bar, a dev slice of the train articles, checkpoints with resume, fixed seeds,
-``training_args.json`` and a model card with the command that reproduces it.
+The student: multilingual-e5-small as a one-output sequence classifier; LoRA plus the new pooler and head (a few MB,
+under ``models/``) or ``--full``. Same command on CPU and GPUs (bf16; ``torchrun``), checkpoints, fixed seeds, card.
 """
 
 from __future__ import annotations
@@ -33,15 +24,13 @@ import torch
 from pydantic import Field, model_validator
 from tqdm.auto import tqdm
 
-from samelang.core import options
-from samelang.core.models import folder
-from samelang.core.models.heads import causal_template, template_jinja, templated_pairs, yes_no_ids
+from samelang.core import folder, options
 from samelang.core.models.loading import adapter_base, keep_layers
 from samelang.core.models.model_card import ModelCardData, render_model_card
-from samelang.corpora import XQUAD_LANGS, load_xquad
+from samelang.core.runtime.heads import causal_template, template_jinja, templated_pairs, yes_no_ids
+from samelang.corpora import XQUAD_LANGS, dev_articles, load_xquad
 from samelang.training import loop
 from samelang.training.corpus import CorpusTrainingOptions
-from samelang.training.data import dev_articles
 from samelang.training.losses import LanguageCoherenceLoss, adr_mse, listwise_softmax
 from samelang.training.relevance_data import RelevanceGroup, build_relevance_groups
 from samelang.training.reranker_data import (
@@ -122,7 +111,7 @@ def init_layers(args: RerankerArgs) -> int | None:
 
 class RerankerModule(torch.nn.Module):
     """Tokeniser + scorer: one score per (query, document) pair, as serving scores it
-    (:mod:`samelang.core.models.heads`): a sequence classifier's logit, or a causal LM's
+    (:mod:`samelang.core.runtime.heads`): a sequence classifier's logit, or a causal LM's
     ``logit("yes") - logit("no")`` at the last token of the pair in its template, left-padded."""
 
     def __init__(self, args: RerankerArgs, home: Path):

@@ -1,24 +1,15 @@
-"""Training data for the LAMAR cross-encoder (seed 002, appendix A), built from XQuAD.
-
-XQuAD is a parallel dataset: question ``i`` and paragraph ``j`` exist in all 12
-languages (question ids and paragraph groups are shared), so every English
-(query, document) relation has a realisation in any (query language, document
-language) combination. Only the **train** articles are used; a few of them can be
-held out as a dev slice. Deterministic under ``seed``.
-
-* Stage 1 (Algorithm 1, English-anchored distillation): per question, ``rounds``
-  times, its gold paragraph plus ``n_sampled`` paragraphs drawn without
-  replacement from *other* examples (never its own paragraph); the student reads
-  the pair in ``LangPair(c)``, the teacher its English realisation. Each document
-  slot keeps its own counter ``c``, so gold and sampled pairs are each balanced.
-* Stage 2 (Algorithm 2, language-coherence groups): per question, ``repeats``
-  groups ``(q_src, d+_src, d+_tgt, d-_src, d-_tgt)`` with ``(src, tgt) = LangPair(c)``;
-  the negative is one other paragraph of the same article (a hard negative, fixed
-  per question as MIRACL's one negative per row), or, given a retriever's lists, the
-  wrong paragraphs that retriever ranks best for that query (what the reranker reranks).
-
-``LangPair(c, L)`` cycles through the ordered Cartesian product ``L x L``
+"""Training data for the LAMAR cross-encoder (seed 002, appendix A), built from XQuAD's **train** articles (a few of
+them can be held out as a dev slice); deterministic under ``seed``. XQuAD is parallel: question ``i`` and paragraph
+``j`` exist in all 12 languages, so every English (query, document) relation has a realisation in any (query
+language, document language) combination. ``LangPair(c, L)`` cycles through the ordered Cartesian product ``L x L``
 (same-language pairs included), so every combination is balanced.
+
+* Stage 1 (Algorithm 1, English-anchored distillation): per question, ``rounds`` times, its gold paragraph plus
+  ``n_sampled`` paragraphs drawn without replacement from *other* examples; the student reads the pair in
+  ``LangPair(c)``, the teacher its English realisation; each document slot keeps its own counter ``c``.
+* Stage 2 (Algorithm 2, language-coherence groups): per question, ``repeats`` groups ``(q_src, d+_src, d+_tgt,
+  d-_src, d-_tgt)`` with ``(src, tgt) = LangPair(c)``; the negative is another paragraph of the same article (fixed
+  per question, as MIRACL's one negative per row) or, given a retriever's lists, its best-ranked wrong paragraphs.
 """
 
 from __future__ import annotations
@@ -32,7 +23,7 @@ from pathlib import Path
 
 from samelang.corpora import XQUAD_LANGS, check_langs, load_xquad
 from samelang.corpora.parallel import ParallelPassage
-from samelang.indexes.atomic import atomic_write_text
+from samelang.ground.atomic import atomic_write_text
 
 
 def lang_pair(c: int, langs: tuple[str, ...]) -> tuple[str, str]:
@@ -157,13 +148,13 @@ def retrieved_negatives(retriever: str, home: Path, dev: tuple[int, ...], log=pr
     """``(language, question) -> wrong paragraph groups, best-ranked first``: what ``retriever``
     (served as ``samelang serve`` serves it: its BM25 weight, group-aware candidates) returns for
     every train-article question on the train-article partial-translation and parallel pools of
-    ``samelang eval pipeline --shapes`` (:mod:`samelang.training.evaluation.shapes`). Why: the
+    ``samelang eval pipeline --shapes`` (:mod:`samelang.evaluation.shapes`). Why: the
     reranker reranks these lists; the paper's one same-article negative is rarely what the
     retriever puts above the answer. Cached under ``$SAMELANG_HOME/cache``."""
-    from samelang.training.evaluation.fusion import tuned_weights  # deferred: evaluation code only for this
-    from samelang.training.evaluation.serving_rule import ShapeRow  # deferred: as above
-    from samelang.training.evaluation.shapes import ShapeJudge  # deferred: as above
-    from samelang.training.evaluation.shapes_run import fused_weight  # deferred: as above
+    from samelang.evaluation.fusion import tuned_weights  # deferred: evaluation code only for this
+    from samelang.evaluation.serving_rule import ShapeRow  # deferred: as above
+    from samelang.evaluation.shapes import ShapeJudge  # deferred: as above
+    from samelang.evaluation.shapes_run import fused_weight  # deferred: as above
 
     weight = fused_weight(retriever) if fused_weight(retriever) is not None else tuned_weights().get(retriever, 0.0)
     row = ShapeRow(retriever, weight)

@@ -19,9 +19,10 @@ import torch
 
 from samelang.core.models.base_model import ensure_base_model
 from samelang.core.settings import default_home
+from samelang.corpora import dev_articles
 from samelang.training import loop
 from samelang.training.biencoder import BiencoderArgs, BiEncoderModule, compute_loss
-from samelang.training.data import build_triplets, dev_articles, group_unique_batches
+from samelang.training.data import build_triplets, group_unique_batches
 from samelang.training.losses import InfoNCELoss, JSDLoss
 
 # the recipe whose steps are timed: seed 000's objective plus target-language queries and hard negatives

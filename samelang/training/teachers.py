@@ -1,8 +1,8 @@
 """Stage-1 teachers of the LAMAR cross-encoder (seed 002, Algorithm 1): ``T(q_en, d_en)``, the
 English relevance score the student learns to give every language pair. The paper's teacher is a
 strong English reranker; none ships here (no model hub), so besides any CrossEncoder folder the
-choices are the base bi-encoder's cosine (round 2) and the fused hybrid retriever the service
-serves, a stronger ranker of English than one cosine. Scores are computed once and cached."""
+choices are the base bi-encoder's cosine and the fused hybrid retriever the service serves, a
+stronger ranker of English than one cosine. Scores are computed once and cached."""
 
 from __future__ import annotations
 
@@ -11,15 +11,15 @@ from pathlib import Path
 
 import numpy as np
 
-from samelang.core.models import folder
+from samelang.core import folder
 from samelang.core.models.base_model import ensure_base_model
 from samelang.core.models.encoder import Encoder
 from samelang.core.models.fused import is_fused_folder, query_moments
-from samelang.core.models.precision import EngineOptions
 from samelang.core.models.reranker import CrossEncoderReranker
 from samelang.core.paths import REPO_MODELS
+from samelang.core.runtime.precision import EngineOptions
+from samelang.ground.atomic import cached_array
 from samelang.service.registry import open_encoder, served_fingerprint
-from samelang.training import loop
 from samelang.training.reranker_data import DistillInstance
 
 
@@ -137,4 +137,4 @@ def teacher_scores(teacher: str, max_length: int, data: list[DistillInstance], h
             model = CrossEncoderTeacher(teacher, device, max_length, home)
         return model([x.q_en for x in data], [x.d_en for x in data])
 
-    return loop.cached_array(cache, compute)
+    return cached_array(cache, compute)

@@ -1,6 +1,6 @@
 """How the fused retriever's knobs were chosen (``models/e5-small-fused/fused.json``): a grid over
 the train-article shapes of ``samelang eval pipeline --shapes`` (the same constructions, from
-:mod:`samelang.training.evaluation.shapes`), every document of each pool scored, so the numbers are exact.
+:mod:`samelang.evaluation.shapes`), every document of each pool scored, so the numbers are exact.
 
 Run: ``python scripts/experiments/fused_grid.py --fused models/e5-small-fused-v3`` (about 8 min on 2
 cores once the embedding caches of ``samelang eval biencoder`` exist; the test articles are never
@@ -30,17 +30,17 @@ from pathlib import Path
 
 import numpy as np
 
+from samelang.core.folder import replace_section
 from samelang.core.models.base_model import ensure_base_model
 from samelang.core.models.encoder import Encoder
-from samelang.core.models.folder import replace_section
 from samelang.core.models.fused import FusionConfig, write_calibration
 from samelang.core.settings import settings
 from samelang.corpora import XQUAD_LANGS, load_xquad
+from samelang.evaluation.biencoder import embed_xquad
+from samelang.evaluation.serving_rule import READER_FLOOR
+from samelang.evaluation.shapes import present_versions
 from samelang.indexes.lexical import LexicalIndex
 from samelang.service.registry import REPO_MODELS, open_encoder, resolve_model
-from samelang.training.evaluation.biencoder import embed_xquad
-from samelang.training.evaluation.serving_rule import READER_FLOOR
-from samelang.training.evaluation.shapes import present_versions
 
 LANGS = list(XQUAD_LANGS)
 

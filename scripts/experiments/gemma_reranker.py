@@ -20,11 +20,10 @@ from pathlib import Path
 import numpy as np
 
 from samelang.core.models.gemma_checkpoint import prepare_generator_hf
-from samelang.core.models.precision import EngineOptions, cpu_summary
 from samelang.core.models.reranker import CrossEncoderReranker
+from samelang.core.runtime.precision import EngineOptions, cpu_summary
 from samelang.core.settings import Settings
-from samelang.corpora import load_xquad
-from samelang.training.data import dev_articles
+from samelang.corpora import dev_articles, load_xquad
 from samelang.training.reranker import RerankerArgs, train_reranker
 
 LANGS = ("en", "de", "zh", "ar", "ru", "hi")

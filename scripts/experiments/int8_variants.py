@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from samelang.core.models.encoder import Encoder
-from samelang.core.models.precision import EngineOptions, cpu_flags
+from samelang.core.runtime.precision import EngineOptions, cpu_flags
 from samelang.corpora import load_xquad
 from samelang.service.config import ServiceSettings
 from samelang.service.registry import default_biencoder

@@ -2,7 +2,7 @@
 on the dev articles' questions (every trainer holds them out) over the served retriever, with the CPU
 it ran on.
 
-Quality: the shape judge's dev questions (:class:`samelang.training.evaluation.shapes.ShapeJudge`,
+Quality: the shape judge's dev questions (:class:`samelang.evaluation.shapes.ShapeJudge`,
 all 58 per language), partial translations and one language each, the served retriever's candidate
 groups reranked by the cross-encoder's first ``k`` (scores from the judge's cache, misses scored at
 the precision ``samelang serve`` picks). Speed: p50 ms of ``Pipeline.search`` with the real models
@@ -22,16 +22,16 @@ from dataclasses import replace
 
 import numpy as np
 
-from samelang.core.models.folder import replace_section
-from samelang.core.models.precision import EngineOptions, cpu_flags, cpu_summary
+from samelang.core.folder import replace_section
 from samelang.core.models.reranker import CrossEncoderReranker
+from samelang.core.runtime.precision import EngineOptions, cpu_flags, cpu_summary
 from samelang.core.settings import settings
+from samelang.corpora import dev_articles
+from samelang.evaluation.memo import search_p50_ms
+from samelang.evaluation.serving_rule import ShapeRow
+from samelang.evaluation.shapes import ShapeJudge
+from samelang.evaluation.shapes_run import DEV_ARTICLES
 from samelang.service.registry import resolve_model, served_defaults
-from samelang.training.data import dev_articles
-from samelang.training.evaluation.memo import search_p50_ms
-from samelang.training.evaluation.serving_rule import ShapeRow
-from samelang.training.evaluation.shapes import ShapeJudge
-from samelang.training.evaluation.shapes_run import DEV_ARTICLES
 
 KS = (5, 10, 20)
 SECTION = "## Speed against quality (dev articles)"

@@ -1,5 +1,5 @@
 """Can a cross-encoder's score, fused with the retriever's, reach issue 31's shape targets? A probe
-over the shape judge's own reranked questions (:class:`samelang.training.evaluation.shapes.ShapeJudge`,
+over the shape judge's own reranked questions (:class:`samelang.evaluation.shapes.ShapeJudge`,
 24 fixed question positions x 12 languages per split), the served retriever's first 20 candidate
 groups (``Pipeline.search`` with ``rerank=False``: groups inferred, the reader's version as each
 group's representative, exactly what a served reranker is given), and the cross-encoder's scores
@@ -28,15 +28,15 @@ from pathlib import Path
 
 import numpy as np
 
-from samelang.core.models.folder import replace_section
+from samelang.core.folder import replace_section
 from samelang.core.settings import settings
+from samelang.corpora import dev_articles
+from samelang.evaluation.serving_rule import PRIMARY, ShapeRow
+from samelang.evaluation.shapes import ShapeJudge, score_lists
+from samelang.evaluation.shapes_run import DEV_ARTICLES
 from samelang.service.pipeline import fuse_scores
 from samelang.service.registry import REPO_MODELS
 from samelang.service.results import SearchOptions
-from samelang.training.data import dev_articles
-from samelang.training.evaluation.serving_rule import PRIMARY, ShapeRow
-from samelang.training.evaluation.shapes import ShapeJudge, score_lists
-from samelang.training.evaluation.shapes_run import DEV_ARTICLES
 
 COLUMNS = [("parallel", "ndcg_at_1"), ("partial", "found_at_1"), ("partial", "reader_at_1"),
            ("partial", "cross_at_1"), ("one", "found_at_1"), ("mono", "ndcg_at_10")]  # fmt: skip

@@ -61,7 +61,7 @@ TABLES = {
     "milvus": ("vectors", ["store", "index", "params", "build s", "disk bytes/vector", "recall@10", "p50 ms",
                            "p95 ms"], ["2,000", "2,000", "2,000", "2,000"]),
     "train": ("configuration", ["bf16", "s / step", "steps/s", "x vs fp32", "tokens / step", "peak RSS MB"],
-              ["fp32 (the CPU default before)", "auto (bf16 where the CPU has it)", "auto, --lora-dropout 0"]),
+              ["fp32 (the reference)", "auto (bf16 where the CPU has it)", "auto, --lora-dropout 0"]),
 }  # fmt: skip
 
 

@@ -11,9 +11,9 @@ import typer
 from typer.main import get_command
 
 from samelang.core import options
+from samelang.evaluation.pipeline import PipelineEvalOptions
 from samelang.service.config import ServiceSettings
 from samelang.training.biencoder import BiencoderArgs
-from samelang.training.evaluation.pipeline import PipelineEvalOptions
 from samelang.training.reranker import RerankerArgs, full_recipe, reproduce_command
 
 

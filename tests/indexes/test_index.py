@@ -16,9 +16,10 @@ import numpy as np
 import pytest
 
 from samelang.corpora import Document, load_xquad
-from samelang.indexes.generations import IndexModelMismatch, IndexNotFound, ModelInfo
+from samelang.ground.identity import ModelInfo
+from samelang.ground.langid import get_identifier
+from samelang.indexes.generations import IndexModelMismatch, IndexNotFound
 from samelang.indexes.index import index_info, open_index
-from samelang.indexes.langid import get_identifier
 from samelang.indexes.vectors import IndexSpec
 from samelang.indexes.writes import add_documents, build_index
 

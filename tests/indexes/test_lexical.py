@@ -1,8 +1,9 @@
-"""The lexical half of hybrid retrieval: BM25 over real XQuAD paragraphs, its fusion with the
-cosine, and its life inside the index's generations (build, add, reopen, analyzer checks).
+"""The lexical half of hybrid retrieval: BM25 over real XQuAD paragraphs and its life inside the
+index's generations (build, add, reopen, analyzer checks).
 
 The analyzer is the real encoder's (the service's choice); the formulas are checked against
-hand computation (Okapi BM25 as Lucene scores it; the fusion's normalisation)."""
+hand computation (Okapi BM25 as Lucene scores it); its fusion with the cosine is
+tests/service/test_candidates.py's."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ import pytest
 from samelang.corpora import Document, load_xquad
 from samelang.indexes.generations import AnalyzerMismatch, read_index_manifest
 from samelang.indexes.index import open_index
-from samelang.indexes.lexical import K1, B, LexicalIndex, best_rows, fuse
+from samelang.indexes.lexical import K1, B, LexicalIndex
 from samelang.indexes.writes import add_documents, build_index
+from samelang.service.candidates import best_rows
 
 
 def words(text: str) -> list[str]:
@@ -41,16 +43,6 @@ def test_bm25_matches_the_okapi_formula():
     rows = best_rows(s, 5)
     assert rows.tolist() == [2, 0] and s[rows[0]] > s[rows[1]] > 0  # only documents that share a term
     assert best_rows(np.where([True, True, False], s, 0.0), 5).tolist() == [0]
-
-
-def test_fusion_is_the_cosine_plus_the_weighted_normalised_bm25():
-    dense = np.array([[0.80, 0.82, 0.79]])
-    bm25 = np.array([[10.0, 0.0, 5.0]])
-    assert fuse(dense, bm25, 0.1)[0] == pytest.approx([0.90, 0.82, 0.84])
-    assert fuse(dense, bm25, 0.0)[0] == pytest.approx(dense[0])  # weight 0: the dense retriever
-    # scores of a subset keep the whole index's maximum as their scale
-    assert fuse(dense[:, 1:], bm25[:, 1:], 0.1, top=10.0)[0] == pytest.approx([0.82, 0.84])
-    assert fuse(dense, np.zeros((1, 3)), 0.5)[0] == pytest.approx(dense[0])  # no term matched: dense order
 
 
 @pytest.fixture(scope="module")

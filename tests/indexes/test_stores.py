@@ -51,7 +51,7 @@ def built(tmp_path_factory, encoder, docs):
 def pipeline_over(path, encoder):
     from samelang.core.models.generation import NoGenerator
     from samelang.core.models.reranker import CosineReranker
-    from samelang.indexes.langid import get_identifier
+    from samelang.ground.langid import get_identifier
     from samelang.service.limits import Limits
     from samelang.service.pipeline import Pipeline
 

@@ -20,7 +20,7 @@ BASE_REFERENCE = {"max_r": 36.25, "comp_at_10": 56.40, "max_r_norm": 67.68}
 
 def _scores(path, home):
     from samelang.core.models.encoder import Encoder
-    from samelang.training.evaluation.biencoder import embed_xquad, evaluate
+    from samelang.evaluation.biencoder import embed_xquad, evaluate
 
     return evaluate(embed_xquad(Encoder(path, home=home), home / "cache"))
 

@@ -18,8 +18,8 @@ LAMAR = Path(__file__).resolve().parents[2] / "models" / "lamar-e5-small"
 @pytest.mark.slow
 def test_base_cosine_reproduces_the_reference(base_model_path, samelang_home):
     from samelang.core.models.encoder import Encoder
-    from samelang.training.evaluation.biencoder import embed_xquad
-    from samelang.training.evaluation.reranker import cosine_scorer, evaluate_reranker
+    from samelang.evaluation.biencoder import embed_xquad
+    from samelang.evaluation.reranker import cosine_scorer, evaluate_reranker
 
     emb = embed_xquad(Encoder(base_model_path, home=samelang_home), samelang_home / "cache")
     r = evaluate_reranker(cosine_scorer(emb), emb)

@@ -9,8 +9,8 @@ import httpx
 import pytest
 
 from samelang.corpora import load_xquad
+from samelang.ground.langid import get_identifier
 from samelang.indexes.index import open_index
-from samelang.indexes.langid import get_identifier
 from samelang.indexes.writes import build_index
 
 

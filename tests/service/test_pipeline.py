@@ -12,8 +12,8 @@ import pytest
 
 from samelang.corpora import XQUAD_LANGS, load_xquad
 from samelang.corpora.records import Document
+from samelang.ground.langid import get_identifier
 from samelang.indexes.index import open_index
-from samelang.indexes.langid import get_identifier
 from samelang.indexes.writes import build_index
 from tests.service.conftest import make_app, running
 
@@ -148,8 +148,8 @@ def test_info_names_the_served_components(client12):
 def _exact_fused(encoder, index, query: str, weight: float):
     """The hybrid score of every document, computed apart from the pipeline: the query's cosine with
     each stored vector plus ``weight`` x its BM25 over the query's best BM25."""
-    from samelang.indexes.lexical import fuse
     from samelang.indexes.vectors import normalise
+    from samelang.service.candidates import fuse
 
     q = normalise(encoder.encode_queries([query]))[0]
     cos = index.vectors(list(range(index.size))) @ q
@@ -226,8 +226,8 @@ def test_hybrid_with_a_language_filter_and_without_stored_vectors_is_still_exact
     """A language filter keeps BM25 to the allowed documents but scales by the whole index's best
     BM25; an index that cannot give vectors back (GPU copy, IVF) has the missing cosines embedded
     again. Either way the hits are the exact top of the fused score."""
-    from samelang.indexes.lexical import fuse
     from samelang.indexes.vectors import normalise
+    from samelang.service.candidates import fuse
     from samelang.service.results import SearchOptions
 
     q = _question("th")

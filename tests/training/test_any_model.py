@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from samelang.core.models.encoder import Encoder
-from samelang.core.models.precision import EngineOptions
+from samelang.core.runtime.precision import EngineOptions
 from samelang.corpora import load_xquad
 from samelang.indexes.writes import build_index
 from samelang.training.biencoder import BiencoderArgs, train_biencoder

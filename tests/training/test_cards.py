@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from samelang.core.models.folder import write_card_section
+from samelang.core.folder import write_card_section
 from samelang.core.models.model_card import EVAL_HEADING
 
 

@@ -6,8 +6,8 @@ from collections import Counter
 
 import pytest
 
-from samelang.corpora import load_split
-from samelang.training.data import TARGET_LANGS, build_align_pairs, build_triplets, dev_articles, group_unique_batches
+from samelang.corpora import dev_articles, load_split
+from samelang.training.data import TARGET_LANGS, build_align_pairs, build_triplets, group_unique_batches
 
 
 def test_triplets_cover_every_target_language_and_no_test_article():

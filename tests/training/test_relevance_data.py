@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from samelang.corpora import load_xquad
+from samelang.corpora import dev_articles, load_xquad
 from samelang.corpora.views import load_views
-from samelang.training.data import dev_articles
 from samelang.training.relevance_data import build_relevance_groups
 
 

@@ -6,8 +6,7 @@ from collections import Counter
 
 import pytest
 
-from samelang.corpora import XQUAD_LANGS, load_split, load_xquad
-from samelang.training.data import dev_articles
+from samelang.corpora import XQUAD_LANGS, dev_articles, load_split, load_xquad
 from samelang.training.reranker_data import build_coherence_groups, build_distill_instances, lang_pair
 
 DEV = dev_articles(3)

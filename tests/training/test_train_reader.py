@@ -12,10 +12,10 @@ import torch
 from safetensors.numpy import load_file
 
 from samelang.core.models.base_model import ensure_base_model
-from samelang.core.models.precision import EngineOptions
 from samelang.core.models.reader import ExtractiveReader, Span, best_spans, read_reader_config
+from samelang.core.runtime.precision import EngineOptions
+from samelang.corpora import dev_articles
 from samelang.service.registry import REPO_MODELS
-from samelang.training.data import dev_articles
 from samelang.training.reader import calibrate, windows
 from samelang.training.reader_data import ReadingExample, build_reading_examples, dev_questions
 
@@ -52,7 +52,7 @@ def test_windows_are_the_ones_transformers_makes_without_transformers(base_model
     passages = [q.context * 3 for q, _ in data] + [data[0][0].context]
     got = Windows(tok, 128, 32).features(questions, passages)
     # served, the engine's own tokenizer (truncating at the model's length) cuts the questions: the same windows
-    from samelang.core.models.onnx_export import backend_tokenizer
+    from samelang.core.runtime.onnx_export import backend_tokenizer
 
     engines = backend_tokenizer(tok)
     engines.enable_truncation(512)

@@ -66,7 +66,7 @@ def test_service_loader_scores_like_the_trained_module(stages, samelang_home):
 
 
 def test_ablation_table_reads_the_training_runs(stages):
-    from samelang.training.evaluation.reranker import markdown_ablation, training_summary
+    from samelang.evaluation.reranker import markdown_ablation, training_summary
 
     s1, s2 = stages
     runs = {"stage1": training_summary(s1.out), "stage2": training_summary(s2.out), "ref": {}}

@@ -3,19 +3,13 @@
 SQuAD's metric (Rajpurkar et al. 2016) made multilingual exactly as MLQA's official script does
 (``mlqa_evaluation_v1.py``, Lewis et al. 2020), the metric the XQuAD and MLQA papers report:
 
-* normalise: lower-case; delete every punctuation character (Unicode category P*, and ASCII
-  ``string.punctuation``); replace the language's articles by a space (en *a an the*; es *un una
-  unos unas el la los las*; de *ein eine einen einem eines einer der die das den dem des*; vi *của
-  là cái chiếc những*; ar every *ال*, as MLQA's regular expression does); re-join the tokens;
-* tokens: white-space words, except Chinese, where MLQA's ``mixed_segmentation`` makes every CJK
-  character and punctuation mark a token of its own and splits the rest on white space;
-* ``F1 = 2 P R / (P + R)`` with ``P = |common| / |prediction tokens|``, ``R = |common| / |gold tokens|``
-  (``common``: the multiset intersection; no common token: 0); EM: the normalised strings are equal.
-  Both take the best over a question's gold answers, in %; no prediction scores 0.
-
-MLQA has 7 languages; XQuAD's other five are scored the same way with no articles: el, ro, ru, tr
-by white space, and Thai, which is written without spaces, by character (the mixed segmentation with
-Thai letters in place of CJK: a word metric there would be exact match).
+* normalise: lower-case; delete punctuation (Unicode category P* and ASCII ``string.punctuation``); replace the
+  language's articles (:data:`ARTICLES`: en, es, de, vi, ar; el, ro, ru, tr, th have none) by a space; re-join;
+* tokens: white-space words, except Chinese and Thai (:data:`SEGMENTED`), where MLQA's ``mixed_segmentation`` makes
+  every CJK (or Thai) character and punctuation mark a token (a word metric on unspaced Thai would be exact match);
+* ``F1 = 2 P R / (P + R)``, ``P = |common| / |prediction tokens|``, ``R = |common| / |gold tokens|`` (``common``: the
+  multiset intersection; none: 0); EM: the normalised strings are equal. Both take the best over a question's gold
+  answers, in %; no prediction scores 0.
 """
 
 from __future__ import annotations

@@ -1,24 +1,14 @@
-"""A language-bias audit that needs no relevance labels: which languages a reader's top-k holds,
-against the languages the collection holds.
+"""A language-bias audit without relevance labels: the languages of a reader's top-k against the collection's.
+For queries in language ``q`` (``Q_q`` of them), top-k lists ``L_i`` (``k_i <= k`` results each), collection ``D``:
 
-For queries in language ``q`` (``Q_q`` of them) with top-k lists ``L_i`` (``k_i <= k`` results each)
-over a collection ``D``:
+* collection: ``P_D(l) = |{d in D : lang(d) = l}| / |D|``
+* results: ``P_q(l) = sum_{i in Q_q} |{d in L_i : lang(d) = l}| / sum_{i in Q_q} k_i`` (pooled: each result once)
+* divergence: ``JSD(P_q || P_D) = 1/2 KL(P_q || M) + 1/2 KL(P_D || M)``, ``M = (P_q + P_D) / 2``, in bits: 0 when the
+  results' languages are spread as the collection's, 1 when they share none (comparable only at one base, pooling, k)
+* exposure: ``sees_other(q) = |{i in Q_q : exists d in L_i, lang(d) != q}| / |Q_q|``, queries seeing another language
 
-* collection:   ``P_D(l) = |{d in D : lang(d) = l}| / |D|``
-* results:      ``P_q(l) = sum_{i in Q_q} |{d in L_i : lang(d) = l}| / sum_{i in Q_q} k_i``
-  (pooled over the queries: each result counts once)
-* divergence:   ``JSD(P_q || P_D) = 1/2 KL(P_q || M) + 1/2 KL(P_D || M)``, ``M = (P_q + P_D) / 2``,
-  in bits (log base 2), so in ``[0, 1]``: 0 when the results' languages are spread as the
-  collection's, 1 when they share no language. Wang et al. (2026) report this divergence falling
-  from 0.203 to 0.090 with their method; a value is only comparable under the same definition
-  (base, pooling, k), which is why it is spelled out here.
-* exposure:     ``sees_other(q) = |{i in Q_q : exists d in L_i, lang(d) != q}| / |Q_q|``, the share of
-  queries that ever see another language in their top-k ("do readers in Chinese ever see the
-  English half?").
-
-Neither is "lower is better" on its own: a reader whose language holds the answer wants it first,
-and one whose language does not wants the others. They show where the ranking puts the languages;
-Max@R (:mod:`.audit`) says, where labels exist, whether it found every version of the answer.
+Neither is "lower is better" alone: a reader whose language holds the answer wants it first, one whose language
+does not wants the others. Max@R (:mod:`.audit`) says, where labels exist, whether the ranking finds every version.
 """
 
 from __future__ import annotations

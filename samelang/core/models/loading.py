@@ -2,7 +2,7 @@
 onto the converted base model, with transformers' load reports turned into one line that says what
 was initialised from where.
 
-Apart from :mod:`samelang.core.models.folder` (which only knows the folder's files) because merging an
+Apart from :mod:`samelang.core.folder` (which only knows the folder's files) because merging an
 adapter needs the base model, and the base model's conversion writes a folder."""
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
-from samelang.core.models.base_model import BASE_MODEL_NAME, ensure_base_model
-from samelang.core.models.folder import (
+from samelang.core.folder import (
     adapter_saved_modules,
     is_adapter,
     model_fingerprint,
     read_adapter_config,
     read_manifest,
 )
+from samelang.core.models.base_model import BASE_MODEL_NAME, ensure_base_model
 from samelang.core.models.hub import check_remote_code, is_hub_id, locate
 
 log = logging.getLogger("samelang")

@@ -4,7 +4,8 @@ Each has several implementations that must stay interchangeable: a bi-encoder is
 :class:`~samelang.core.models.encoder.Encoder` (ONNX Runtime or torch underneath), the two-model
 :class:`~samelang.core.models.fused.FusedEncoder`, the service's micro-batched wrapper and the
 evaluation's memoised one; a reranker is a cross-encoder, the bi-encoder's cosine, the micro-batched
-wrapper or the evaluation's score cache; and under each, the engine runs one of two backends.
+wrapper or the evaluation's score cache; and under each, the engine runs one of two backends
+(:class:`~samelang.core.runtime.engine.Backend`).
 ``tests/core/models/test_protocols.py`` checks each against these declarations."""
 
 from __future__ import annotations
@@ -14,15 +15,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from samelang.indexes.generations import ModelInfo
-
-
-@runtime_checkable
-class Backend(Protocol):
-    """One forward pass of a model on padded token ids: ONNX Runtime's session (CPU, the served path)
-    or torch (GPU, bf16); mean-pooled embeddings or one logit per row, as numpy."""
-
-    def __call__(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray: ...
+from samelang.ground.identity import ModelInfo
 
 
 @runtime_checkable

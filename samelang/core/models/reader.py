@@ -1,19 +1,15 @@
-"""The extractive reader: a start/end span head over a BERT-family encoder (``AutoModelForQuestionAnswering``)
-that copies the answer out of the passages ``/answer`` retrieved.
+"""The extractive reader: a start/end span head over a BERT-family encoder (``AutoModelForQuestionAnswering``) that
+copies the answer out of the passages ``/answer`` retrieved.
 
-Why extractive on CPU: a 270M generator is not a reader (it names the wrong person, loops, repeats
-the question); a span can only be text of the passage, in the passage's language, and the model
-that finds it is the size of the retriever. The same windows here serve training and inference
-(:func:`span_features`), so what the model learnt is what it is asked.
-
-Inputs are ``question [SEP] passage`` windows of ``max_length`` tokens, overlapping by ``stride`` (a
-long passage is read whole; :class:`Windows`, ``tokenizers`` only). The forward passes are the
-inference engine's (:mod:`.engine`, ``span`` head): on CPU an ONNX graph exported once per model
-fingerprint, so a server that answers extractively never imports torch. A span's score is
-``start_logit + end_logit`` minus the window's no-answer score (the same two logits at the first
-token, SQuAD 2.0's convention); the reader answers with the best span over every window of every
-passage when that margin reaches the folder's calibrated ``threshold`` (``reader.json``, chosen on
-dev questions by the trainer), else it answers nothing rather than guess.
+Why extractive on CPU: a 270M generator names the wrong person, loops or repeats the question; a span is always text
+of the passage, in its language, found by a model the size of the retriever. Training and inference share the windows
+(:func:`span_features`), so what the model learnt is what it is asked: ``question [SEP] passage`` windows of
+``max_length`` tokens overlapping by ``stride`` (:class:`Windows`, ``tokenizers`` only). The forward passes are the
+inference engine's (:mod:`.engine`, ``span`` head; on CPU an ONNX graph, so an extractive server never imports
+torch). A span scores ``start_logit + end_logit`` minus the window's no-answer score (the two logits at the first
+token, SQuAD 2.0's convention); the reader answers with the best span over all windows of all passages when that
+margin reaches the folder's calibrated ``threshold`` (``reader.json``, chosen on dev questions by the trainer), else
+it answers nothing rather than guess.
 """
 
 from __future__ import annotations
@@ -27,12 +23,12 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer
 
-from samelang.core.models.engine import InferenceEngine, engine_for
-from samelang.core.models.folder import model_fingerprint, read_manifest
+from samelang.core.folder import model_fingerprint, read_manifest
 from samelang.core.models.hub import locate
 from samelang.core.models.loading import load_span_model
-from samelang.core.models.onnx_export import Head, backend_tokenizer
-from samelang.core.models.precision import EngineOptions, resolve
+from samelang.core.runtime.engine import InferenceEngine, engine_for
+from samelang.core.runtime.onnx_export import Head, backend_tokenizer
+from samelang.core.runtime.precision import EngineOptions, resolve
 
 READER_CONFIG = "reader.json"  # the calibrated threshold and the windows it was calibrated with
 TOP_N = 20  # start and end candidates per window

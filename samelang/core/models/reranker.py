@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
 import numpy as np
 
+from samelang.core.folder import model_fingerprint
 from samelang.core.models.encoder import Encoder
-from samelang.core.models.engine import engine_for, sigmoid
-from samelang.core.models.folder import model_fingerprint
-from samelang.core.models.heads import score_meta
 from samelang.core.models.hub import locate
 from samelang.core.models.loading import load_model
-from samelang.core.models.precision import EngineOptions
+from samelang.core.models.served import EngineModel
+from samelang.core.runtime.engine import engine_for, sigmoid
+from samelang.core.runtime.heads import score_meta
+from samelang.core.runtime.precision import EngineOptions
 
 BI_ENCODER_COSINE = "bi-encoder-cosine"
 
@@ -34,7 +34,7 @@ def load_cross_encoder(
     return load_model(path, build, home, trust_remote_code=trust_remote_code)
 
 
-class CrossEncoderReranker:
+class CrossEncoderReranker(EngineModel):
     """Any sentence-transformers ``CrossEncoder`` checkpoint (one output score), or a LAMAR adapter."""
 
     kind = "cross-encoder"
@@ -77,21 +77,6 @@ class CrossEncoderReranker:
         """A newly loaded ``CrossEncoder`` (the engine may drop it after export)."""
         return load_cross_encoder(self.path, self.device, self.max_length, home=self.home,
                                   trust_remote_code=self.trust_remote_code)  # fmt: skip
-
-    @functools.cached_property
-    def model(self):
-        """The sentence-transformers ``CrossEncoder`` (loaded on first use; the engine does not need it)."""
-        return self.model_fresh()
-
-    @property
-    def precision(self) -> str:
-        """``fp32``, ``int8``, ...: how the engine runs the model."""
-        return self.engine.precision
-
-    @property
-    def cache_tag(self) -> str:
-        """What score caches must key on besides the fingerprint (precision and quantisation recipe)."""
-        return self.engine.variant
 
     def score_pairs(self, pairs: list[tuple[str, str]], progress: bool = False) -> np.ndarray:
         """Scores of (query, document) pairs; the service's micro-batcher (:mod:`samelang.service.batching`)

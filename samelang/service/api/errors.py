@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from samelang.core.work import Cancelled
-from samelang.service.api.handlers import cited
+from samelang.service.api.native.handlers import cited
 from samelang.service.errors import AnswerUnavailable, BadRequest
 
 log = logging.getLogger("samelang")

@@ -13,7 +13,7 @@ from fastapi.concurrency import run_in_threadpool
 
 from samelang.indexes.generations import live_identity
 from samelang.indexes.index import OpenIndex, open_index
-from samelang.service.api.handlers import Handlers
+from samelang.service.api.dialects import Dialects
 from samelang.service.components import Components
 
 log = logging.getLogger("samelang")
@@ -24,7 +24,7 @@ def swap_index(app: FastAPI, index: OpenIndex) -> None:
     started with, and the old index is closed when the last of them lets go of it. One assignment
     (the handlers, which every route reads) switches everything at once."""
     pipeline = app.state.handlers.pipeline.replace(index=index)
-    app.state.handlers = Handlers(pipeline)
+    app.state.handlers = Dialects.over(pipeline)
     app.state.components = Components(pipeline, app.state.components.info)
     log.info("samelang: serving index generation %s (%d documents)", index.generation, index.documents)
 

@@ -1,7 +1,7 @@
 """Server-sent events for a route whose work yields as it goes (``/answer`` with ``stream: true``).
 
 The work is a plain iterator of ``(event, payload)`` run in a worker thread under the request's
-:class:`~samelang.core.work.Budget`, as :func:`samelang.service.api.app.bounded` runs a whole call: the events
+:class:`~samelang.core.work.Budget`, as :func:`samelang.service.api.routing.bounded` runs a whole call: the events
 cross to the event loop through a queue, and the client reads each one as soon as it exists.
 
 Why the first event is awaited before the response starts: until then the work may still fail

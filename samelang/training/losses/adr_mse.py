@@ -1,24 +1,15 @@
-"""Parallel-document group ranking loss of LAMAR: ADR-MSE (seed 002, equations 4-5;
-Schlatt et al., Rank-DistiLLM, ECIR 2025).
-
-For scores ``s`` of one group ``D`` and relevance labels ``y`` (LAMAR: ``[1, 1, 0, 0]``
-for ``[d+_src, d+_tgt, d-_src, d-_tgt]``):
+"""LAMAR's group ranking loss ADR-MSE (seed 002, equations 4-5; Schlatt et al., Rank-DistiLLM, ECIR 2025): for
+scores ``s`` of one group ``D`` and labels ``y`` (LAMAR: ``[1, 1, 0, 0]`` for ``[d+_src, d+_tgt, d-_src, d-_tgt]``):
 
     r_hat_i(s) = 1 + sum_{j != i} sigmoid(s_j - s_i)          (approximate rank, eq. 4)
     r_i(y)     = the average rank of document i under y       (ties share it: [1.5, 1.5, 3.5, 3.5])
     w_i        = 1 / log2(r_i(y) + 1)
     L_rank     = 1/|D| * sum_i w_i * (r_i(y) - r_hat_i(s))^2   (eq. 5)
 
-mean over the batch. Ties between the parallel positives (and negatives) share a
-target rank, so the loss orders positives above negatives and says nothing about
-the order inside a parallel pair: that is the language-coherence loss's job.
-
-sentence-transformers ships the same loss as ``cross_encoder.losses.ADRMSELoss``
-(alpha = 1), but that module runs the model itself; LAMAR needs the same forward's
-scores for ``L_rank`` and ``L_LC``, so this function takes scores. The test suite
-checks it equals ``ADRMSELoss`` on the same scores.
-
-Inputs: ``scores`` and ``labels`` of shape (batch, group).
+mean over the batch. Tied positives (and negatives) share a target rank, so the loss orders positives above negatives
+and leaves the order inside a parallel pair to the language-coherence loss. It equals sentence-transformers'
+``cross_encoder.losses.ADRMSELoss`` (alpha = 1; the tests check it) but takes scores, not a model: LAMAR needs one
+forward's scores for both ``L_rank`` and ``L_LC``. Inputs: ``scores`` and ``labels`` of shape (batch, group).
 """
 
 from __future__ import annotations

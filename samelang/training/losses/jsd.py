@@ -1,17 +1,15 @@
 """Distribution-level alignment loss of seed 000 (Improving Semantic Proximity, ICLR 2026).
 
-Each embedding is read as a categorical distribution over its dimensions,
-``P(z)_i = exp(z_i) / sum_k exp(z_k)``, and the English and target-language
-versions of a passage are pulled together by the Jensen-Shannon *distance*:
+Each embedding is read as a categorical distribution over its dimensions, ``P(z)_i = exp(z_i) / sum_k exp(z_k)``,
+and the English and target-language versions of a passage are pulled together by the Jensen-Shannon *distance*:
 
     M = (P + Q) / 2
     JSD(P || Q) = 1/2 KL(P || M) + 1/2 KL(Q || M)
     L_JSD = mean over the batch of sqrt(JSD(P(z_en) || P(z_tgt))) + eps
 
-sqrt(JSD) is a metric (identity, symmetry, triangle inequality), hence "distance".
-
-Inputs: ``z_en``, ``z_tgt`` of shape (batch, dim): the pooled embeddings of the
-English and target-language passage (before L2 normalisation). Natural log.
+sqrt(JSD) is a metric (identity, symmetry, triangle inequality), hence "distance". Inputs: ``z_en``, ``z_tgt`` of
+shape (batch, dim): the pooled embeddings of the English and target-language passage, not L2-normalised.
+Natural log.
 """
 
 from __future__ import annotations

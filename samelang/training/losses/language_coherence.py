@@ -1,17 +1,14 @@
 """Language-coherence loss of LAMAR (seed 002, section 3.2, equation 6).
 
-For a query in the source language and its parallel document group
-``D = [d+_src, d+_tgt, d-_src, d-_tgt]`` with reranker scores ``s`` in that order:
+For a query in the source language and its parallel document group ``D = [d+_src, d+_tgt, d-_src, d-_tgt]`` with
+reranker scores ``s`` in that order:
 
     L_LC = 1/2 * [ softplus(s+_tgt - s+_src) + softplus(s-_tgt - s-_src) ]
 
-mean over the batch. It prefers, within each pair of semantically equivalent
-documents (the positive pair, the negative pair), the one written in the query's
-language, without a hard margin: softplus(x) = log(1 + e^x) keeps pushing gently
-once the source-language version leads. When ``src == tgt`` (the Cartesian
-product includes same-language pairs) both differences are 0 and the loss is the
-constant ln 2 with zero gradient.
-
+mean over the batch. Within each pair of semantically equivalent documents (the positive pair, the negative pair) it
+prefers the one in the query's language, without a hard margin: softplus(x) = log(1 + e^x) keeps pushing gently once
+the source-language version leads. When ``src == tgt`` (the Cartesian product includes same-language pairs) both
+differences are 0 and the loss is the constant ln 2 with zero gradient.
 Input: ``scores`` of shape (batch, 4), columns ``[s+_src, s+_tgt, s-_src, s-_tgt]``.
 """
 

@@ -1,16 +1,15 @@
 """The relevance stage's loss: softmax cross-entropy of a group's positive over its negatives.
 
-Before LAMAR's two stages the cross-encoder learns relevance itself (the seed's stage 1 distils a
-teacher that must already know it). For one question ``q`` with scores ``s_0 = S(q, d+)`` and
-``s_k = S(q, d-_k)``, ``k = 1..K`` (the negatives: other passages of the same document, then
-passages of other documents):
+Ahead of LAMAR's two stages the cross-encoder learns relevance itself (the seed's stage 1 distils a teacher that must
+already know it). For one question ``q`` with scores ``s_0 = S(q, d+)`` and ``s_k = S(q, d-_k)``, ``k = 1..K`` (the
+negatives: other passages of the same document, then passages of other documents):
 
     L_rel = -log( exp(s_0 / t) / sum_{k=0..K} exp(s_k / t) )
 
-mean over the batch (the localized contrastive estimation of Gao et al., ECIR 2021; the listwise
-form of sentence-transformers' cross-encoder ``MultipleNegativesRankingLoss``). ``t`` = 1: the
-logit itself is the score the service sorts by. Inputs: ``scores`` of shape (batch, 1 + K), the
-positive in column 0; ``mask`` (same shape, bool) marks real documents where groups are short.
+mean over the batch (the localized contrastive estimation of Gao et al., ECIR 2021; the listwise form of
+sentence-transformers' cross-encoder ``MultipleNegativesRankingLoss``). ``t`` = 1: the logit itself is the score the
+service sorts by. Inputs: ``scores`` of shape (batch, 1 + K), the positive in column 0; ``mask`` (same shape, bool)
+marks real documents where groups are short.
 """
 
 from __future__ import annotations

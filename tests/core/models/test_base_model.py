@@ -8,7 +8,8 @@ import struct
 import numpy as np
 import pytest
 
-from samelang.core.models import base_model, folder
+from samelang.core import folder
+from samelang.core.models import base_model
 from samelang.core.models.e5_q4 import dequantize_q4_0, read_e5_file
 from samelang.corpora import XQUAD_LANGS, load_xquad
 

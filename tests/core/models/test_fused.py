@@ -9,8 +9,8 @@ import pytest
 
 from samelang.corpora import load_xquad
 from samelang.corpora.records import Document
+from samelang.ground.langid import get_identifier
 from samelang.indexes.index import open_index
-from samelang.indexes.langid import get_identifier
 from samelang.indexes.writes import build_index
 
 ARTICLES = (2, 5)  # two held-out test articles
@@ -70,8 +70,8 @@ def test_the_fused_score_is_the_documented_formula(fused, unlabelled, beta):
 
     pipe = _pipeline(fused, unlabelled, group_candidates=False, lexical_weight=0.04)
     if beta is not None:
-        pipe.fusion = replace(fused.fusion, same_cross_weight=beta)
-    beta = pipe.fusion.same_cross_weight
+        pipe.candidates.retriever.fusion = replace(fused.fusion, same_cross_weight=beta)
+    beta = pipe.candidates.retriever.fusion.same_cross_weight
     docs = unlabelled.docs.get_rows(list(range(unlabelled.size)))
     assert unlabelled.size < fused.fusion.candidate_depth
     q = next(q for q in load_xquad(["zh"], split="test").questions if q.article == ARTICLES[0])

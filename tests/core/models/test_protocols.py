@@ -10,12 +10,12 @@ import inspect
 import pytest
 
 from samelang.core.models.encoder import Encoder
-from samelang.core.models.engine import OnnxBackend, TorchBackend
 from samelang.core.models.fused import FusedEncoder
-from samelang.core.models.protocols import Backend, Reranker, TextEncoder
+from samelang.core.models.protocols import Reranker, TextEncoder
 from samelang.core.models.reranker import CosineReranker, CrossEncoderReranker
+from samelang.core.runtime.engine import Backend, OnnxBackend, TorchBackend
+from samelang.evaluation.memo import CachedReranker, MemoEncoder
 from samelang.service.batching import BatchedEncoder, BatchedReranker
-from samelang.training.evaluation.memo import CachedReranker, MemoEncoder
 
 ENCODERS = [Encoder, FusedEncoder, BatchedEncoder, MemoEncoder]
 RERANKERS = [CrossEncoderReranker, CosineReranker, BatchedReranker, CachedReranker]

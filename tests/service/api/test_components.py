@@ -34,8 +34,8 @@ def test_rerank_uses_the_configured_cross_encoder(service_settings, cross_encode
         assert (info["reranker"]["name"], info["reranker"]["kind"]) == ("e5-small-ce-untrained", "cross-encoder")
         # a checkpoint without an inference card runs at the fp32 reference numerics; the base encoder at
         # what its shipped record chose for this class of CPU (int8 on AMX), else fp32
-        from samelang.core.models.folder import recorded_precision
-        from samelang.core.models.precision import precision_device
+        from samelang.core.folder import recorded_precision
+        from samelang.core.runtime.precision import precision_device
 
         base = recorded_precision(service_settings.model, precision_device("cpu")) or "fp32"
         assert info["reranker"]["precision"] == "fp32" and info["encoder"]["precision"] == base
@@ -72,8 +72,8 @@ def test_the_shipped_lamar_reranker_serves_rerank(service_settings):
     """``--reranker models/lamar-e5-small``: among a document and its translation the reader's
     language comes first, both above an unrelated one; giving it turns reranking on for /search.
     ``--reranker cosine`` selects the bi-encoder fallback."""
-    from samelang.core.models.folder import recorded_precision
-    from samelang.core.models.precision import precision_device
+    from samelang.core.folder import recorded_precision
+    from samelang.core.runtime.precision import precision_device
     from samelang.service.api.app import create_app
     from samelang.service.registry import LAMAR_RERANKER
 

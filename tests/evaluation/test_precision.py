@@ -1,0 +1,56 @@
+"""The precision rule and its record: the default is the fastest precision within the
+tolerance of fp32 on every metric; each device's choice is kept in inference.json, where the
+service's ``precision=auto`` reads it."""
+
+from __future__ import annotations
+
+import json
+
+from samelang.core.runtime.precision import EngineOptions, precision_device, resolve
+from samelang.evaluation.precision import BIENCODER_METRICS, choose, markdown, write_inference_card
+
+
+def rows(int8_loss: float, int8_speed: float = 2.0) -> list[dict]:
+    return [
+        {"precision": "fp32", "backend": "onnx", "max_r_norm": 90.0, "mono_same_ndcg10": 80.0, "passages_per_s": 1.0},
+        {
+            "precision": "int8", "backend": "onnx", "max_r_norm": 90.0 - int8_loss, "mono_same_ndcg10": 80.1,
+            "passages_per_s": int8_speed,
+        },
+    ]  # fmt: skip
+
+
+def test_fastest_within_tolerance_wins_and_fp32_is_always_admissible():
+    assert choose(rows(0.29), BIENCODER_METRICS, "passages_per_s")["precision"] == "int8"
+    r = rows(0.31)
+    assert choose(r, BIENCODER_METRICS, "passages_per_s")["precision"] == "fp32"
+    assert [x["within_tolerance"] for x in r] == [True, False] and r[1]["speedup_vs_fp32"] == 2.0
+    assert abs(r[1]["max_loss_vs_fp32"] - 0.31) < 1e-9  # the worst metric counts, not the average
+    assert choose(rows(0.1, int8_speed=0.5), BIENCODER_METRICS, "passages_per_s")["precision"] == "fp32"
+    table = markdown(r, BIENCODER_METRICS, "passages_per_s", "fp32")
+    assert "**fp32** (default)" in table and "+0.31" in table
+
+
+def test_on_a_cpu_only_onnx_precisions_are_served():
+    """bf16 runs on torch: serving it would bring torch and a second copy of the weights into the
+    server, so on a CPU it is measured and shown but never chosen; on a GPU it is."""
+    r = rows(0.0) + [dict(rows(0.0)[1], precision="bf16", backend="torch", passages_per_s=3.0)]
+    assert choose(r, BIENCODER_METRICS, "passages_per_s")["precision"] == "int8"
+    assert [x["servable"] for x in r] == [True, True, False]
+    assert "bf16 (not served on CPU: torch)" in markdown(r, BIENCODER_METRICS, "passages_per_s", "int8")
+    assert choose(r, BIENCODER_METRICS, "passages_per_s", on_gpu=True)["precision"] == "bf16"
+
+
+def test_each_device_keeps_its_own_choice(tmp_path):
+    cpu_rows = rows(0.1)
+    choose(cpu_rows, BIENCODER_METRICS, "passages_per_s")
+    here = precision_device("cpu")
+    write_inference_card(tmp_path, cpu_rows, "int8", "cpu note", here)
+    gpu_rows = [dict(r, precision=p) for r, p in zip(rows(0.0), ("fp32", "bf16"))]
+    choose(gpu_rows, BIENCODER_METRICS, "passages_per_s")
+    write_inference_card(tmp_path, gpu_rows, "bf16", "gpu note", "cuda")
+    card = json.loads((tmp_path / "inference.json").read_text())
+    assert card["default_precision"] == {here: "int8", "cuda": "bf16"}
+    assert set(card["comparison"]) == {here, "cuda"} and card["note"][here] == "cpu note"
+    assert resolve(EngineOptions(), "cpu", tmp_path).precision == "int8"
+    assert resolve(EngineOptions(), "cuda", tmp_path).precision == "bf16"

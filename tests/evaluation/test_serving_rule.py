@@ -1,0 +1,73 @@
+"""The serving rule over the collection shapes: the best mean of the primary metrics, never a row that a
+shape puts more than a point below the base model, ties to the simpler row."""
+
+from __future__ import annotations
+
+from samelang.evaluation import serving_rule as R
+
+
+def _result(**primary):
+    return {s: {R.PRIMARY[s]: {"mean": v}} for s, v in primary.items()}
+
+
+def test_the_serving_rule_is_the_best_mean_that_no_shape_fools():
+    base, hybrid, aligned, fused = (
+        R.ShapeRow("base"),
+        R.ShapeRow("base", 0.08),
+        R.ShapeRow("al"),
+        R.ShapeRow("fu", 0.04),
+    )
+    results = {
+        base: _result(parallel=90, partial=40, one=40, mono=95),
+        hybrid: _result(parallel=94, partial=30, one=20, mono=97),  # wins parallel, collapses the others
+        aligned: _result(parallel=85, partial=75, one=75, mono=90),  # best mean, but 5 points under base on mono
+        fused: _result(parallel=92, partial=70, one=70, mono=97),
+    }
+    chosen, verdict = R.serving_rule(results, base)
+    assert chosen == fused
+    assert verdict[hybrid]["below_base"] == ["partial", "one"] and verdict[aligned]["below_base"] == [
+        "parallel",
+        "mono",
+    ]
+    # a tie within TIE points goes to the simpler row (dense before hybrid)
+    results[base] = _result(parallel=92, partial=70, one=70, mono=97 - R.TIE / 2)
+    assert R.serving_rule(results, base)[0] == base
+
+
+def test_a_row_that_shows_readers_another_language_first_is_not_served():
+    """Partial translations' reader@1 below :data:`READER_FLOOR` disqualifies a row whatever its mean."""
+    base, greedy, kind = R.ShapeRow("base"), R.ShapeRow("fu", 0.04), R.ShapeRow("al", 0.04)
+
+    def result(mean, reader):
+        r = _result(parallel=mean, partial=mean, one=mean, mono=mean)
+        r["partial"]["reader_at_1"] = {"mean": reader}
+        return r
+
+    results = {base: result(90, 97), greedy: result(95, R.READER_FLOOR - 0.1), kind: result(93, R.READER_FLOOR)}
+    chosen, verdict = R.serving_rule(results, base)
+    assert chosen == kind and verdict[greedy]["reader_below_floor"] and not verdict[kind]["reader_below_floor"]
+    assert "reader@1 < floor" in "\n".join(R.primary_table(results, chosen))
+
+
+def test_a_row_the_reader_waits_too_long_for_is_not_served():
+    """A row (a reranker, typically) whose p50 is above :data:`LATENCY_CEILING_MS` is not served,
+    whatever its quality; a row whose p50 was not measured is judged on quality alone."""
+    base, reranked = R.ShapeRow("base"), R.ShapeRow("base", reranker="lamar")
+    results = {base: _result(parallel=90, partial=50, one=50, mono=95),
+               reranked: _result(parallel=95, partial=60, one=60, mono=96)}  # fmt: skip
+    assert R.serving_rule(results, base)[0] == reranked
+    slow = {base: 20.0, reranked: R.LATENCY_CEILING_MS + 1}
+    chosen, verdict = R.serving_rule(results, base, latency=slow)
+    assert chosen == base and verdict[reranked]["too_slow"] and not verdict[base]["too_slow"]
+    assert "p50 > ceiling" in "\n".join(R.primary_table(results, chosen, slow))
+    assert reranked.served["reranker"] == "lamar" and reranked.name.endswith(f"-> lamar (top {R.RERANK_K})")
+
+
+def test_a_reranked_row_carries_its_candidates_and_knows_its_retriever():
+    """``rerank_k`` is part of a reranked row (the served setting, its name); :attr:`unreranked` is the
+    retriever row it is compared with, whatever its ``k``."""
+    retriever = R.ShapeRow("fu", 0.04)
+    ten = R.ShapeRow("fu", 0.04, reranker="lamar", rerank_k=10)
+    assert ten.served["rerank_k"] == 10 and ten.name.endswith("-> lamar (top 10)")
+    assert ten.unreranked == retriever and R.ShapeRow("fu", 0.04, reranker="lamar").unreranked == retriever
+    assert ten != R.ShapeRow("fu", 0.04, reranker="lamar")
