@@ -5,7 +5,7 @@ English collection with some translations, hides answers written in another lang
 construction over one split's XQuAD paragraphs (train articles tune and select, test articles report): ``parallel``
 (all 12 languages, grouped), ``partial`` (no labels; English with p = :data:`P_EN`, the others :data:`P_OTHER`,
 at least one version), ``one`` (one language each), ``mono`` (each language alone). Metrics, in %: ``found@1``,
-``reader@1``, ``cross@1``, ``found@10`` and the parallel pool's reader-gold nDCG and MRR; each shape's primary metric
+``reader@1``, ``cross@1``, ``same_language_first`` (lower is better), ``found@10`` and the parallel pool's reader-gold nDCG and MRR; each shape's primary metric
 is what the serving rule averages. Model outputs are memoised; reranked rows run on :data:`RERANK_PER_LANG` fixed
 questions per language with cached scores (:class:`~.memo.CachedReranker`) and are compared with their retriever on
 those questions; p50 is timed with the real models on :data:`LATENCY_PER_LANG` questions per language over the
@@ -136,10 +136,15 @@ def score_lists(shape: str, lists: list[list[str]], queries: list, present: set)
         return {"ndcg_at_10": ndcg10}
     has_reader = np.array([(q.group, q.lang) in present for q in queries], dtype=bool)
     found10 = np.array([any(group_of(x) == q.group for x in ids[:10]) for ids, q in zip(lists, queries)], float)
+    # the bias both seeds are about: the answer exists only in other languages, and a wrong passage in the
+    # reader's own language comes first
+    own_wrong = np.array([f is not None and f.split("-")[1] == q.lang and group_of(f) != q.group
+                          for f, q in zip(first, queries)], float)  # fmt: skip
     return {
         "found_at_1": found1,
         "reader_at_1": np.where(has_reader, reader1, np.nan),
         "cross_at_1": np.where(~has_reader, found1, np.nan),
+        "same_language_first": np.where(~has_reader, own_wrong, np.nan),
         "found_at_10": found10,
     }
 

@@ -71,3 +71,22 @@ def test_a_reranked_row_carries_its_candidates_and_knows_its_retriever():
     assert ten.served["rerank_k"] == 10 and ten.name.endswith("-> lamar (top 10)")
     assert ten.unreranked == retriever and R.ShapeRow("fu", 0.04, reranker="lamar").unreranked == retriever
     assert ten != R.ShapeRow("fu", 0.04, reranker="lamar")
+
+
+def test_a_slower_row_must_beat_the_best_unreranked_row_by_the_margin():
+    """A reranked row slower than the best row that reranks nothing serves only when its mean is at least
+    :data:`SLOWER_MARGIN` points higher; below that the faster row serves (measured p50s only)."""
+    base, fused = R.ShapeRow("base"), R.ShapeRow("fu", 0.04)
+    reranked = R.ShapeRow("fu", 0.04, reranker="lamar", rerank_k=10)
+
+    def flat(mean):
+        return _result(parallel=mean, partial=mean, one=mean, mono=mean)
+
+    latency = {base: 20.0, fused: 28.0, reranked: 270.0}
+    small = {base: flat(80), fused: flat(85), reranked: flat(85 + R.SLOWER_MARGIN - 0.1)}
+    chosen, verdict = R.serving_rule(small, base, latency=latency)
+    assert chosen == fused and verdict[reranked]["slower_not_better"] and not verdict[fused]["slower_not_better"]
+    assert "points better" in "\n".join(R.primary_table(small, chosen, latency, verdict))
+    enough = {**small, reranked: flat(85 + R.SLOWER_MARGIN)}
+    assert R.serving_rule(enough, base, latency=latency)[0] == reranked
+    assert R.serving_rule(small, base)[0] == reranked  # no p50 measured: quality alone

@@ -66,6 +66,11 @@ def test_metrics_on_hand_made_lists():
     assert np.isnan(m["reader_at_1"]).tolist() == [False, True, False, True]
     assert m["reader_at_1"][[0, 2]].tolist() == [0, 1]
     assert m["cross_at_1"][[1, 3]].tolist() == [1, 0]
+    # question 4's answer exists only in English, and a wrong Chinese paragraph comes first
+    assert np.isnan(m["same_language_first"]).tolist() == [True, False, True, False]
+    assert m["same_language_first"][[1, 3]].tolist() == [0, 1]
+    wrong_elsewhere = S.score_lists("partial", [["xquad-en-9-9"]], [qs[3]], present)
+    assert wrong_elsewhere["same_language_first"].tolist() == [0] and wrong_elsewhere["cross_at_1"].tolist() == [0]
     assert m["found_at_10"].tolist() == [1, 1, 1, 0]
     mono = S.score_lists("mono", [["xquad-de-1-1", "xquad-de-2-0"], ["xquad-de-2-1"], [], ["x-x-1-1"]], qs, present)
     assert mono["ndcg_at_10"][0] == pytest.approx(1 / np.log2(3)) and mono["ndcg_at_10"][1:].tolist() == [1, 0, 0]
