@@ -4,6 +4,8 @@
 # models in place (models/), so run it in a clean clone and read `git diff` afterwards:
 #   1. bi-encoder v3 (seed 000: L_JSD + L_NCE, target-language queries, same-article hard negatives);
 #   2. the fused retriever over it: calibration, then the knobs chosen on the train-article shapes;
+#   2b. bi-encoder v4: v3's terms, the training corpus, and relevance before language (a query against its
+#      answer in another language and the served retriever's wrong passages in its own; TyDi QA held out);
 #   3. the reranker's relevance stage on the training corpus (TyDi QA held out: the judge's
 #      out-of-domain shape), 2,400 steps;
 #   4. LAMAR v3 (seed 002): stage 1 distils the relevance model's English score into every language
@@ -37,6 +39,9 @@ step biencoder-v3 samelang train biencoder --out models/e5-small-aligned-v3 --pe
 step fused-calibrate python scripts/experiments/fused_grid.py --fused models/e5-small-fused-v3 --calibrate
 step fused-grid python scripts/experiments/fused_grid.py --fused models/e5-small-fused-v3 --write
 samelang data info > "$OUT/data-info.md"  # fails, naming the import command, without the corpus store
+step biencoder-v4 samelang train biencoder --out models/e5-small-aligned-v4 --per-lang 0 --target-queries \
+  --hard-negatives --corpus --corpus-batch 8 --relevance-first --relevance-batch 16 --relevance-negatives 3 \
+  --hold-out tydiqa_goldp --lora-dropout 0 --max-steps 600 --schedule-steps 600 "${GPU[@]}"
 step relevance samelang train reranker --stage 0 --out models/lamar-e5-small-v3-relevance \
   --hold-out tydiqa_goldp --batch-size 8 --negatives-per-query 4 --max-steps 2400 "${GPU[@]}"
 step lamar-v3-stage1 samelang train reranker --stage 1 --out models/lamar-e5-small-v3-stage1 \

@@ -5,8 +5,9 @@ English collection with some translations, hides answers written in another lang
 construction over one split's XQuAD paragraphs (train articles tune and select, test articles report): ``parallel``
 (all 12 languages, grouped), ``partial`` (no labels; English with p = :data:`P_EN`, the others :data:`P_OTHER`,
 at least one version), ``one`` (one language each), ``mono`` (each language alone). Metrics, in %: ``found@1``,
-``reader@1``, ``cross@1``, ``same_language_first`` (lower is better), ``found@10`` and the parallel pool's reader-gold nDCG and MRR; each shape's primary metric
-is what the serving rule averages. Model outputs are memoised; reranked rows run on :data:`RERANK_PER_LANG` fixed
+``reader@1``, ``cross@1``, ``same_language_first`` (lower is better), ``found@10`` and the parallel pool's
+reader-gold nDCG and MRR; each shape's primary metric is what the serving rule averages. Model outputs are
+memoised; reranked rows run on :data:`RERANK_PER_LANG` fixed
 questions per language with cached scores (:class:`~.memo.CachedReranker`) and are compared with their retriever on
 those questions; p50 is timed with the real models on :data:`LATENCY_PER_LANG` questions per language over the
 partial index (the users' shape). The shapes and metrics are spelled out in ``docs/evaluation.md``.

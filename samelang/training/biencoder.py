@@ -33,13 +33,12 @@ from samelang.training.corpus import CorpusTrainingOptions
 from samelang.training.data import TARGET_LANGS, build_align_pairs, build_triplets, group_unique_batches
 from samelang.training.loop import OPERATIONAL
 from samelang.training.losses import InfoNCELoss, JSDLoss
-from samelang.training.mining import Retriever
-from samelang.training.relevance_first import RankingGroup, build_ranking_groups
+from samelang.training.relevance_first import RankingGroup, RelevanceFirstOptions
 
 QUERY, PASSAGE = "query", "passage"  # the roles whose prompts the base's config names
 
 
-class BiencoderArgs(loop.TrainerArgs, CorpusTrainingOptions):
+class BiencoderArgs(loop.TrainerArgs, CorpusTrainingOptions, RelevanceFirstOptions):
     """Options of ``samelang train biencoder`` (the shared ones in :class:`loop.TrainerArgs`)."""
 
     base: str | None = Field(None, description="Base checkpoint folder (default: the converted multilingual-e5-small).")
@@ -70,19 +69,8 @@ class BiencoderArgs(loop.TrainerArgs, CorpusTrainingOptions):
         "L_JSD between a parallel passage in English and in another language.",
     )
     corpus_batch: int = Field(16, ge=2, description="With --corpus: QA rows, ICT queries and parallel pairs per step.")
-    relevance_first: bool = Field(
-        False,
-        description="Also learn relevance before language (training/relevance_first.py): InfoNCE of a query over "
-        "its answer in another language against the served retriever's wrong passages in the query's language "
-        "(XQuAD train questions in all 12 languages; with --corpus also the ICT queries).",
-    )
-    relevance_batch: int = Field(16, ge=2, description="With --relevance-first: groups per step.")
+    relevance_batch: int = Field(16, ge=2, description="With --relevance-first: groups per step (InfoNCE nce_rf).")
     relevance_negatives: int = Field(3, ge=1, description="With --relevance-first: negatives per group.")
-    mine_with: str = Field(
-        "served",
-        description="With --relevance-first: the retriever that mines the negatives: served (models/serving.json's), "
-        "a model (dense) or MODEL+bm25=W.",
-    )
 
     @model_validator(mode="after")
     def _hard_negatives_need_target_queries(self) -> BiencoderArgs:
@@ -215,16 +203,26 @@ def corpus_loss(module, batch: dict[str, list], jsd: JSDLoss, nce: InfoNCELoss) 
     return parts
 
 
-def relevance_first_batch(groups: list[RankingGroup], order: list[int], step: int, n: int) -> list[RankingGroup]:
-    """The ``step``-th window of ``n`` groups in ``order`` (cycling), rows whose positive says what an
-    earlier row's says left out (they would be each other's false negatives)."""
-    start = (step * n) % len(order)
-    rows, seen = [], set()
-    for i in (order + order)[start : start + n]:
-        if groups[i].keys[0] not in seen:
-            rows.append(groups[i])
-            seen.add(groups[i].keys[0])
-    return rows
+class RankingBatches:
+    """The relevance-first groups in one seeded order, ``n`` a step (cycling)."""
+
+    def __init__(self, groups: list[RankingGroup], n: int, seed: int):
+        self.groups, self.n = groups, n
+        self.order = [int(i) for i in np.random.default_rng([seed, 7]).permutation(len(groups))]
+
+    def __bool__(self) -> bool:
+        return bool(self.groups)
+
+    def __call__(self, step: int) -> list[RankingGroup]:
+        """The ``step``-th window of ``n`` groups, rows whose positive says what an earlier row's says
+        left out (they would be each other's false negatives)."""
+        start = (step * self.n) % len(self.order)
+        rows, seen = [], set()
+        for i in (self.order + self.order)[start : start + self.n]:
+            if self.groups[i].keys[0] not in seen:
+                rows.append(self.groups[i])
+                seen.add(self.groups[i].keys[0])
+        return rows
 
 
 def relevance_first_loss(module, rows: list[RankingGroup], nce: InfoNCELoss) -> torch.Tensor:
@@ -277,12 +275,9 @@ def train_biencoder(args: BiencoderArgs, log=print) -> Path:
     triplets = build_triplets(args.langs, "train", args.seed, args.per_lang or None, exclude_articles=dev)
     align = build_align_pairs(args.langs, args.seed, args.tatoeba_per_lang) if args.tatoeba_per_lang else []
     views = args.training_views().split("train") if args.corpus else None
-    ranking = (
-        build_ranking_groups(views, args.home, Retriever.parse(args.mine_with), args.relevance_negatives, args.seed,
-                             ("en", *loop.langs_of(args.langs)), dev, log=log)
-        if args.relevance_first else []
-    )  # fmt: skip
-    ranking_order = list(np.random.default_rng([args.seed, 7]).permutation(len(ranking)))
+    langs = ("en", *loop.langs_of(args.langs))
+    groups = args.ranking_groups(views, args.home, args.relevance_negatives, args.seed, langs, dev, log=log)
+    ranking = RankingBatches(groups, args.relevance_batch, args.seed)
     groups = [t.group for t in triplets]
     epoch_batches = functools.lru_cache(maxsize=2)(
         lambda epoch: group_unique_batches(groups, args.batch_size, args.seed + epoch)
@@ -310,9 +305,7 @@ def train_biencoder(args: BiencoderArgs, log=print) -> Path:
                 parts |= extra
                 parts["loss"] = parts["loss"] + sum(extra.values())
             if ranking:
-                parts["nce_rf"] = relevance_first_loss(
-                    fwd, relevance_first_batch(ranking, ranking_order, step, args.relevance_batch), nce
-                )
+                parts["nce_rf"] = relevance_first_loss(fwd, ranking(step), nce)
                 parts["loss"] = parts["loss"] + parts["nce_rf"]
         step += 1
         rec = loop.optimiser_step(parts, params, opt, sched, step, started)

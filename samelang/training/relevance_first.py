@@ -22,10 +22,38 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import BaseModel, Field
+
 from samelang.corpora import XQUAD_LANGS, check_langs, load_xquad
 from samelang.corpora.records import Document
 from samelang.corpora.views import Views
 from samelang.training.mining import MiningQuery, Retriever, mine_negatives
+
+
+class RelevanceFirstOptions(BaseModel):
+    """The groups' options, declared once for every trainer that ranks (a plain model: each trainer's
+    settings class keeps its own ``SAMELANG_*`` prefix)."""
+
+    relevance_first: bool = Field(
+        False,
+        description="Also learn relevance before language: a query against its answer in another language and the "
+        "mining retriever's wrong passages in the query's own language (XQuAD train questions in every language; "
+        "with the corpus also its ICT queries).",
+    )
+    mine_with: str = Field(
+        "served",
+        description="With --relevance-first: the retriever that mines the negatives: served (models/serving.json's), "
+        "a model (dense) or MODEL+bm25=W.",
+    )
+
+    def ranking_groups(
+        self, views: Views | None, home: Path, k: int, seed: int, langs, exclude_articles: tuple[int, ...], log=print
+    ) -> list[RankingGroup]:
+        """:func:`build_ranking_groups` with these options (none without ``--relevance-first``)."""
+        if not self.relevance_first:
+            return []
+        return build_ranking_groups(views, home, Retriever.parse(self.mine_with), k, seed, langs, exclude_articles,
+                                    log=log)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -101,8 +129,9 @@ def build_ranking_groups(
     depth: int = 20,
     log: Callable[[str], None] = print,
 ) -> list[RankingGroup]:
-    """Every group, shuffled: ``k`` negatives each, all but the last in the query's language (the last the
-    retriever's first wrong passage in any other language). ``views`` None: XQuAD's train articles alone."""
+    """Every group, shuffled: ``k`` negatives each (fewer only where the collection has fewer), all but the
+    last in the query's language (the last the retriever's first wrong passage in any other language, where
+    it mined one). ``views`` None: XQuAD's train articles alone."""
     langs = check_langs(langs)
     if len(langs) < 2:
         raise ValueError("relevance-before-language groups need at least two languages")
@@ -124,15 +153,10 @@ def build_ranking_groups(
         near = [col.by_key_lang[(g, q.lang)] for g in col.same_article.get(q.key, [])]
         rng.shuffle(near)
         pool = col.by_source_lang.get((source, q.lang), [])
-        chosen: list[str] = []
-        for d in [*same, *near, *rng.sample(pool, min(len(pool), 4 * k))]:
-            if len(chosen) == k - 1:
-                break
-            if col.key[d] != q.key and d not in chosen:
-                chosen.append(d)
-        elsewhere = next((d for d in wrong if col.lang[d] != q.lang and d not in chosen), None)
-        if elsewhere is not None:
-            chosen.append(elsewhere)
+        some = rng.sample(pool, min(len(pool), 4 * k))
+        own = [d for d in dict.fromkeys([*same, *near, *some]) if col.key[d] != q.key]
+        elsewhere = [d for d in wrong if col.lang[d] != q.lang][:1]
+        chosen = own[: k - len(elsewhere)] + elsewhere  # no wrong passage mined elsewhere: one more of its own
         out.append(RankingGroup(
             q.text, q.lang, (positive, *(col.text[d] for d in chosen)), (positive_lang, *(col.lang[d] for d in chosen)),
             (q.key, *(col.key[d] for d in chosen)), source,

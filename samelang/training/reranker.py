@@ -1,7 +1,8 @@
 """Trainer of the LAMAR language-aware cross-encoder (seed 002), in two stages after a relevance stage.
 
 * Stage 0, relevance: ``L_rel`` (:mod:`.losses.listwise_softmax`) on corpus QA rows, cross-language ICT queries and
-  XQuAD train articles (:mod:`.relevance_data`): stage 1's teacher must know relevance (``--teacher`` / ``--init``).
+  XQuAD train articles (:mod:`.relevance_data`), with ``--relevance-first`` also a right passage in another language
+  against mined wrong ones in the query's (:mod:`.relevance_first`): stage 1's teacher must know relevance.
 * Stage 1, English-anchored relevance distillation (section 3.1, Algorithm 1): ``L_distill = (S(q_lq, d_ld) -
   T(q_en, d_en))^2`` over XQuAD train-article pairs in every ordered language pair; teacher scores cached once.
 * Stage 2, preference alignment for language coherence (section 3.2, Algorithm 2): ``L_align = L_rank + lambda *
@@ -33,6 +34,7 @@ from samelang.training import loop
 from samelang.training.corpus import CorpusTrainingOptions
 from samelang.training.losses import LanguageCoherenceLoss, adr_mse, listwise_softmax
 from samelang.training.relevance_data import RelevanceGroup, build_relevance_groups
+from samelang.training.relevance_first import RelevanceFirstOptions
 from samelang.training.reranker_data import (
     CoherenceGroup,
     DistillInstance,
@@ -47,7 +49,7 @@ HEAD_MODULES = ["classifier", "pooler"]  # new in a converted bi-encoder: traine
 GROUP_LABELS = (1.0, 1.0, 0.0, 0.0)
 
 
-class RerankerArgs(loop.TrainerArgs, CorpusTrainingOptions):
+class RerankerArgs(loop.TrainerArgs, CorpusTrainingOptions, RelevanceFirstOptions):
     """Options of ``samelang train reranker`` (the shared ones in :class:`loop.TrainerArgs`)."""
 
     stage: int = Field(
@@ -251,8 +253,11 @@ def stage_data(args: RerankerArgs, home: Path, dev: tuple[int, ...], langs: tupl
     if args.stage == 0:
         views = args.training_views()
         data = build_relevance_groups(views, args.negatives_per_query, args.seed, langs, exclude_articles=dev)
+        ranking = args.ranking_groups(views.split("train"), home, args.negatives_per_query, args.seed, langs, dev, log)
+        data += [RelevanceGroup(g.query, g.docs, g.lang, f"relevance-first:{g.source}") for g in ranking]
         held = args.hold_out or "none"
-        log(f"relevance groups: {len(data)} (views loaded in {views.seconds:.1f} s; held out: {held})")
+        log(f"relevance groups: {len(data)}, {len(ranking)} of them relevance before language (views loaded in "
+            f"{views.seconds:.1f} s; held out: {held})")  # fmt: skip
     elif args.stage == 1:
         data = build_distill_instances(langs, "train", args.seed, args.n_sampled, args.rounds, exclude_articles=dev,
                                        negatives=negatives)  # fmt: skip

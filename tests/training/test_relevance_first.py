@@ -98,3 +98,24 @@ def test_the_trainer_adds_the_relevance_first_term(tmp_path, base_model_path, mo
     assert all(h["nce_rf"] > 0 for h in history)
     assert all(abs(h["loss"] - h["jsd"] - h["nce"] - h["nce_rf"]) < 1e-3 for h in history)
     assert "--relevance-first" in (out / "README.md").read_text()
+
+
+def test_the_reranker_relevance_stage_takes_the_groups(tmp_path, fake_corpus_store, samelang_home, monkeypatch):
+    """``train reranker --stage 0 --relevance-first``: the groups join the relevance stage's (the corpus's ICT
+    queries among them), each scored with its positive first."""
+    from samelang.training.reranker import RerankerArgs, train_reranker
+
+    (fake_corpus_store.root / "contamination.json").write_text('{"dropped": {}}')
+    monkeypatch.setattr(relevance_first, "mine_negatives", lambda *a, **k: {})
+    built = []
+    real = relevance_first.build_ranking_groups
+    monkeypatch.setattr(relevance_first, "build_ranking_groups", lambda *a, **k: built.extend(real(*a, **k)) or built)
+    args = RerankerArgs(out=tmp_path / "s0", stage=0, corpora=fake_corpus_store.root, langs="en,zh",
+                        negatives_per_query=2, batch_size=3, max_steps=1, max_length=48, dev_questions=0,
+                        device="cpu", home=samelang_home, relevance_first=True, mine_with="base")  # fmt: skip
+    said = []
+    train_reranker(args, log=said.append)
+    assert built and {g.source for g in built} - {"xquad"}  # the corpus's ICT queries too
+    assert all(len(g.docs) == 3 and g.doc_langs[0] != g.lang for g in built if g.source == "xquad")
+    assert any(f"{len(built)} of them relevance before language" in s for s in said)
+    assert "--relevance-first" in (args.out / "README.md").read_text()

@@ -1,25 +1,16 @@
 """Cross-lingual retrieval loss of seed 000: InfoNCE with in-batch negatives.
 
-For anchors ``a_i`` (the target-language passages p_tgt_i) and candidates
-``c_j`` (the English queries q_en_j), with cosine similarity ``s`` and
+For anchors ``a_i`` (the target-language passages p_tgt_i), candidates ``c_j`` (the English queries
+q_en_j; the first ``n`` are the positives, hard negatives may follow, ``m >= n``), cosine ``s`` and
 temperature ``tau``:
 
-    L_NCE = -1/n sum_i log( exp(s(a_i, c_i)/tau) / sum_j exp(s(a_i, c_j)/tau) )
+    L_NCE = -1/n sum_i log( exp(s(a_i, c_i)/tau) / sum_{j not in F_i} exp(s(a_i, c_j)/tau) )
 
-i.e. cross-entropy over each row of the (n, n) similarity matrix with the
-diagonal as the label: the positive pair is (q_en_i, p_tgt_i), every other
-English query in the batch is a negative. The same module gives the seed's
-``L_NCEpsg`` ablation when the candidates are the English passages p_en_j.
-
-Candidates may outnumber anchors (``m >= n``: hard negatives appended after the
-``n`` positives). ``false_negatives`` (an ``(n, m)`` boolean mask) names the
-candidates that also answer an anchor (another version of its positive: a
-translation, the same paragraph mined as another row's negative); they leave
-its denominator, as in-batch duplicates do in sentence-transformers:
-
-    L = -1/n sum_i log( exp(s(a_i, c_i)/tau) / sum_{j not in F_i} exp(s(a_i, c_j)/tau) )
-
-with ``F_i`` the masked candidates of row ``i`` (never its label ``c_i``).
+cross-entropy over each row of the (n, m) similarity matrix, the diagonal the label. ``F_i`` is empty in
+the seed; ``false_negatives`` (an (n, m) bool mask) may name candidates that also answer anchor ``i``
+(another version of its positive), which leave its denominator as in-batch duplicates do in
+sentence-transformers (never the label). The same module gives the seed's ``L_NCEpsg`` ablation when
+the candidates are the English passages p_en_j.
 """
 
 from __future__ import annotations
