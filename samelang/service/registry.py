@@ -105,13 +105,16 @@ def chosen_biencoder(cfg) -> Path:
 
 def open_encoder(path: str | Path, device: str = "cpu", *, home: Path, options=None):
     """The bi-encoder of a model folder: an :class:`Encoder`, or for a fused retriever's folder
-    (``fused.json``, :mod:`samelang.core.models.fused`) a :class:`FusedEncoder` over its two parts."""
+    (``fused.json``, :mod:`samelang.core.models.fused`) a :class:`FusedEncoder` over its two parts
+    (one encoder in both roles when they name the same model)."""
     if not is_fused_folder(path):
         return Encoder(path, device=device, home=home, options=options)
     if home is None:
         raise ValueError(f"{path} is a fused retriever: its parts are found under the home folder, pass home")
-    parts = [Encoder(p, device=device, home=home, options=options) for p in model_parts(path, home)]
-    return FusedEncoder(Path(path), *parts, FusionConfig.read(Path(path)))
+    same, cross = model_parts(path, home)
+    first = Encoder(same, device=device, home=home, options=options)
+    second = first if cross == same else Encoder(cross, device=device, home=home, options=options)
+    return FusedEncoder(Path(path), first, second, FusionConfig.read(Path(path)))
 
 
 def served_fingerprint(model: Path, home: Path) -> str:

@@ -89,6 +89,9 @@ class FusedEncoder:
 
     def __init__(self, path: Path, same, cross, config: FusionConfig):
         self.path, self.same, self.cross, self.fusion = Path(path), same, cross, config
+        # one model in both roles (an encoder trained to put relevance before language): each text is
+        # encoded once and its vector fills both halves, so an index costs one model's embedding time
+        self.one_model = same is cross
         self.name = self.path.name
         self.dim = same.dim + cross.dim
         self.split = same.dim  # where the cross half starts
@@ -130,7 +133,7 @@ class FusedEncoder:
     def encode_text(self, texts: list[str], prompt: str = "", pooled: bool = False) -> np.ndarray:
         """Both halves' vectors of ``prompt + text``, joined. ``pooled`` changes nothing: a fused vector
         is two unit halves joined and has no form before normalisation."""
-        return self.join(self.same.encode_text(texts, prompt), self.cross.encode_text(texts, prompt))
+        return self._both(lambda m: m.encode_text(texts, prompt))
 
     def count_tokens(self, texts: list[str], passages: bool = False) -> list[int]:
         return self.same.count_tokens(texts, passages)
@@ -143,11 +146,15 @@ class FusedEncoder:
 
         return np.concatenate([unit(a), unit(b)], axis=1) / SQRT2
 
+    def _both(self, encode) -> np.ndarray:
+        a = encode(self.same)
+        return self.join(a, a if self.one_model else encode(self.cross))
+
     def encode_queries(self, texts: list[str], progress: bool = False) -> np.ndarray:
-        return self.join(self.same.encode_queries(texts, progress), self.cross.encode_queries(texts, progress))
+        return self._both(lambda m: m.encode_queries(texts, progress))
 
     def encode_passages(self, texts: list[str], progress: bool = False) -> np.ndarray:
-        return self.join(self.same.encode_passages(texts, progress), self.cross.encode_passages(texts, progress))
+        return self._both(lambda m: m.encode_passages(texts, progress))
 
     def halves(self, vecs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(same, cross) unit vectors of stored or query vectors."""

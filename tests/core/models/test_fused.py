@@ -119,3 +119,23 @@ def test_a_language_filter_ranks_within_that_language(fused, unlabelled):
     q = next(q for q in load_xquad(["zh"], split="test").questions if q.article == ARTICLES[1])
     hits = pipe.search(q.text, pipe_opts(k=5, langs=("en",))).hits
     assert len(hits) == 5 and all(h.doc.lang == "en" and not h.versions for h in hits)
+
+
+def test_one_model_in_both_roles_is_loaded_and_run_once(tmp_path, samelang_home, base_model_path):
+    """A fused retriever whose two parts name the same model (an encoder that puts relevance before
+    language, with the fusion's BM25, language offset and translation inference): one encoder fills both
+    halves, each text encoded once, and the vectors are those of two identical halves."""
+    from samelang.core.models.fused import FusionConfig
+    from samelang.service.registry import open_encoder
+
+    FusionConfig(same="base", cross="base").write(tmp_path / "one")
+    one = open_encoder(tmp_path / "one", home=samelang_home)
+    assert one.one_model and one.same is one.cross and one.dim == 2 * one.same.dim
+    calls = []
+    real = one.same.encode_passages
+    one.same.encode_passages = lambda texts, progress=False: calls.append(len(texts)) or real(texts, progress)
+    v = one.encode_passages(["Der Rhein fließt durch Basel.", "莱茵河流经巴塞尔。"])
+    assert calls == [2]
+    same, cross = one.halves(v)
+    np.testing.assert_allclose(same, cross, atol=1e-6)
+    np.testing.assert_allclose(np.linalg.norm(v, axis=1), 1, atol=1e-5)
