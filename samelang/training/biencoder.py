@@ -33,7 +33,7 @@ from samelang.training.corpus import CorpusTrainingOptions
 from samelang.training.data import TARGET_LANGS, build_align_pairs, build_triplets, group_unique_batches
 from samelang.training.loop import OPERATIONAL
 from samelang.training.losses import InfoNCELoss, JSDLoss
-from samelang.training.relevance_first import RankingGroup, RelevanceFirstOptions
+from samelang.training.relevance_first import RankingBatches, RankingGroup, RelevanceFirstOptions
 
 QUERY, PASSAGE = "query", "passage"  # the roles whose prompts the base's config names
 
@@ -69,8 +69,6 @@ class BiencoderArgs(loop.TrainerArgs, CorpusTrainingOptions, RelevanceFirstOptio
         "L_JSD between a parallel passage in English and in another language.",
     )
     corpus_batch: int = Field(16, ge=2, description="With --corpus: QA rows, ICT queries and parallel pairs per step.")
-    relevance_batch: int = Field(16, ge=2, description="With --relevance-first: groups per step (InfoNCE nce_rf).")
-    relevance_negatives: int = Field(3, ge=1, description="With --relevance-first: negatives per group.")
 
     @model_validator(mode="after")
     def _hard_negatives_need_target_queries(self) -> BiencoderArgs:
@@ -203,28 +201,6 @@ def corpus_loss(module, batch: dict[str, list], jsd: JSDLoss, nce: InfoNCELoss) 
     return parts
 
 
-class RankingBatches:
-    """The relevance-first groups in one seeded order, ``n`` a step (cycling)."""
-
-    def __init__(self, groups: list[RankingGroup], n: int, seed: int):
-        self.groups, self.n = groups, n
-        self.order = [int(i) for i in np.random.default_rng([seed, 7]).permutation(len(groups))]
-
-    def __bool__(self) -> bool:
-        return bool(self.groups)
-
-    def __call__(self, step: int) -> list[RankingGroup]:
-        """The ``step``-th window of ``n`` groups, rows whose positive says what an earlier row's says
-        left out (they would be each other's false negatives)."""
-        start = (step * self.n) % len(self.order)
-        rows, seen = [], set()
-        for i in (self.order + self.order)[start : start + self.n]:
-            if self.groups[i].keys[0] not in seen:
-                rows.append(self.groups[i])
-                seen.add(self.groups[i].keys[0])
-        return rows
-
-
 def relevance_first_loss(module, rows: list[RankingGroup], nce: InfoNCELoss) -> torch.Tensor:
     """``nce_rf`` = InfoNCE(q, [p+_1..p+_n, d-_1..d-_m]) (:class:`InfoNCELoss`): each query over the
     batch's positives (each in another language than its query) and every row's negatives (the served
@@ -276,7 +252,7 @@ def train_biencoder(args: BiencoderArgs, log=print) -> Path:
     align = build_align_pairs(args.langs, args.seed, args.tatoeba_per_lang) if args.tatoeba_per_lang else []
     views = args.training_views().split("train") if args.corpus else None
     langs = ("en", *loop.langs_of(args.langs))
-    groups = args.ranking_groups(views, args.home, args.relevance_negatives, args.seed, langs, dev, log=log)
+    groups = args.ranking_groups(views, args.home, args.seed, langs, dev, log=log)
     ranking = RankingBatches(groups, args.relevance_batch, args.seed)
     groups = [t.group for t in triplets]
     epoch_batches = functools.lru_cache(maxsize=2)(

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 from pydantic import BaseModel, Field
 
 from samelang.corpora import XQUAD_LANGS, check_langs, load_xquad
@@ -45,14 +46,19 @@ class RelevanceFirstOptions(BaseModel):
         description="With --relevance-first: the retriever that mines the negatives: served (models/serving.json's), "
         "a model (dense) or MODEL+bm25=W.",
     )
+    relevance_batch: int = Field(
+        16, ge=2, description="With --relevance-first: groups per step (the reranker's relevance stage: in its data)."
+    )
+    relevance_negatives: int = Field(3, ge=1, description="With --relevance-first: negatives per group.")
 
     def ranking_groups(
-        self, views: Views | None, home: Path, k: int, seed: int, langs, exclude_articles: tuple[int, ...], log=print
+        self, views: Views | None, home: Path, seed: int, langs, exclude_articles: tuple[int, ...], log=print
     ) -> list[RankingGroup]:
         """:func:`build_ranking_groups` with these options (none without ``--relevance-first``)."""
         if not self.relevance_first:
             return []
-        return build_ranking_groups(views, home, Retriever.parse(self.mine_with), k, seed, langs, exclude_articles,
+        retriever = Retriever.parse(self.mine_with)
+        return build_ranking_groups(views, home, retriever, self.relevance_negatives, seed, langs, exclude_articles,
                                     log=log)  # fmt: skip
 
 
@@ -163,3 +169,25 @@ def build_ranking_groups(
         ))  # fmt: skip
     rng.shuffle(out)
     return out
+
+
+class RankingBatches:
+    """The relevance-first groups in one seeded order, ``n`` a step (cycling)."""
+
+    def __init__(self, groups: list[RankingGroup], n: int, seed: int):
+        self.groups, self.n = groups, n
+        self.order = [int(i) for i in np.random.default_rng([seed, 7]).permutation(len(groups))]
+
+    def __bool__(self) -> bool:
+        return bool(self.groups)
+
+    def __call__(self, step: int) -> list[RankingGroup]:
+        """The ``step``-th window of ``n`` groups, rows whose positive says what an earlier row's says
+        left out (they would be each other's false negatives)."""
+        start = (step * self.n) % len(self.order)
+        rows, seen = [], set()
+        for i in (self.order + self.order)[start : start + self.n]:
+            if self.groups[i].keys[0] not in seen:
+                rows.append(self.groups[i])
+                seen.add(self.groups[i].keys[0])
+        return rows

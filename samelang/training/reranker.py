@@ -2,7 +2,8 @@
 
 * Stage 0, relevance: ``L_rel`` (:mod:`.losses.listwise_softmax`) on corpus QA rows, cross-language ICT queries and
   XQuAD train articles (:mod:`.relevance_data`), with ``--relevance-first`` also a right passage in another language
-  against mined wrong ones in the query's (:mod:`.relevance_first`): stage 1's teacher must know relevance.
+  against mined wrong ones in the query's (:mod:`.relevance_first`; stages 1 and 2 then add ``L_rel`` on those
+  groups to their own loss): stage 1's teacher must know relevance.
 * Stage 1, English-anchored relevance distillation (section 3.1, Algorithm 1): ``L_distill = (S(q_lq, d_ld) -
   T(q_en, d_en))^2`` over XQuAD train-article pairs in every ordered language pair; teacher scores cached once.
 * Stage 2, preference alignment for language coherence (section 3.2, Algorithm 2): ``L_align = L_rank + lambda *
@@ -34,7 +35,7 @@ from samelang.training import loop
 from samelang.training.corpus import CorpusTrainingOptions
 from samelang.training.losses import LanguageCoherenceLoss, adr_mse, listwise_softmax
 from samelang.training.relevance_data import RelevanceGroup, build_relevance_groups
-from samelang.training.relevance_first import RelevanceFirstOptions
+from samelang.training.relevance_first import RankingBatches, RankingGroup, RelevanceFirstOptions
 from samelang.training.reranker_data import (
     CoherenceGroup,
     DistillInstance,
@@ -203,6 +204,11 @@ def relevance_loss(module, batch: list[RelevanceGroup]) -> dict[str, torch.Tenso
     return {"relevance": loss, "loss": loss}
 
 
+def as_relevance_group(g: RankingGroup) -> RelevanceGroup:
+    """A relevance-first group scored as the relevance stage scores its groups (the positive first)."""
+    return RelevanceGroup(g.query, g.docs, g.lang, f"relevance-first:{g.source}")
+
+
 def align_loss(module, batch: list[CoherenceGroup], lambda_lc: float, objective: str) -> dict[str, torch.Tensor]:
     """``L_align = L_rank + lambda * L_LC`` (equation 2) on one forward over every group's 4 documents."""
     scores = module([g.query for g in batch for _ in range(4)], [d for g in batch for d in g.docs]).view(-1, 4)
@@ -253,8 +259,8 @@ def stage_data(args: RerankerArgs, home: Path, dev: tuple[int, ...], langs: tupl
     if args.stage == 0:
         views = args.training_views()
         data = build_relevance_groups(views, args.negatives_per_query, args.seed, langs, exclude_articles=dev)
-        ranking = args.ranking_groups(views.split("train"), home, args.negatives_per_query, args.seed, langs, dev, log)
-        data += [RelevanceGroup(g.query, g.docs, g.lang, f"relevance-first:{g.source}") for g in ranking]
+        ranking = args.ranking_groups(views.split("train"), home, args.seed, langs, dev, log)
+        data += [as_relevance_group(g) for g in ranking]
         held = args.hold_out or "none"
         log(f"relevance groups: {len(data)}, {len(ranking)} of them relevance before language (views loaded in "
             f"{views.seconds:.1f} s; held out: {held})")  # fmt: skip
@@ -277,6 +283,10 @@ def train_reranker(args: RerankerArgs, log=print) -> Path:
     home, langs = args.home, loop.langs_of(args.langs)
     dev = dev_articles(args.dev_n_articles)
     data, targets = stage_data(args, home, dev, langs, device, log)
+    # stages 1 and 2 keep learning relevance before language beside their own objective (stage 0: in its data)
+    views = args.training_views().split("train") if args.relevance_first and args.stage > 0 else None
+    ranking = RankingBatches(args.ranking_groups(views, home, args.seed, langs, dev, log) if views else [],
+                             args.relevance_batch, args.seed)  # fmt: skip
     steps_per_epoch = max(1, len(data) // (args.batch_size * world))
     total = args.max_steps or max(1, int(steps_per_epoch * args.epochs))
     module = RerankerModule(args, home).to(device)
@@ -298,6 +308,9 @@ def train_reranker(args: RerankerArgs, log=print) -> Path:
                 parts = distill_loss(fwd, batch, targets[idx])
             else:
                 parts = align_loss(fwd, batch, args.lambda_lc, args.objective)
+            if ranking:
+                parts["relevance_first"] = relevance_loss(fwd, [as_relevance_group(g) for g in ranking(step)])["loss"]
+                parts["loss"] = parts["loss"] + parts["relevance_first"]
         step += 1
         rec = loop.optimiser_step(parts, params, opt, sched, step, started)
         bar.update(1)

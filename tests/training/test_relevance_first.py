@@ -112,10 +112,35 @@ def test_the_reranker_relevance_stage_takes_the_groups(tmp_path, fake_corpus_sto
     monkeypatch.setattr(relevance_first, "build_ranking_groups", lambda *a, **k: built.extend(real(*a, **k)) or built)
     args = RerankerArgs(out=tmp_path / "s0", stage=0, corpora=fake_corpus_store.root, langs="en,zh",
                         negatives_per_query=2, batch_size=3, max_steps=1, max_length=48, dev_questions=0,
-                        device="cpu", home=samelang_home, relevance_first=True, mine_with="base")  # fmt: skip
+                        device="cpu", home=samelang_home, relevance_first=True, mine_with="base",
+                        relevance_negatives=2)  # fmt: skip
     said = []
     train_reranker(args, log=said.append)
     assert built and {g.source for g in built} - {"xquad"}  # the corpus's ICT queries too
     assert all(len(g.docs) == 3 and g.doc_langs[0] != g.lang for g in built if g.source == "xquad")
     assert any(f"{len(built)} of them relevance before language" in s for s in said)
     assert "--relevance-first" in (args.out / "README.md").read_text()
+
+
+def test_later_reranker_stages_keep_learning_relevance_first(tmp_path, samelang_home, monkeypatch):
+    """Stages 1 and 2 with ``--relevance-first``: ``L_rel`` on the groups joins each step's own loss."""
+    from samelang.training.reranker import RerankerArgs, train_reranker
+
+    monkeypatch.setattr(relevance_first, "mine_negatives", lambda *a, **k: {})
+    monkeypatch.setattr(RerankerArgs, "training_views", lambda self: _no_corpus())
+    common = dict(langs="en,zh", batch_size=2, max_steps=2, max_length=48, dev_questions=0, device="cpu",
+                  home=samelang_home, relevance_first=True, relevance_batch=2, relevance_negatives=2)  # fmt: skip
+    s1 = RerankerArgs(out=tmp_path / "s1", stage=1, n_sampled=1, **common)
+    train_reranker(s1, log=lambda *a: None)
+    s2 = RerankerArgs(out=tmp_path / "s2", stage=2, init=str(tmp_path / "s1"), **common)
+    train_reranker(s2, log=lambda *a: None)
+    for out, own in ((s1.out, ("distill",)), (s2.out, ("rank", "lc"))):
+        history = json.loads((out / "history.json").read_text())
+        assert all(h["relevance_first"] > 0 for h in history)
+        assert all(abs(h["loss"] - h["relevance_first"] - sum(h[k] for k in own)) < 1e-3 for h in history)
+
+
+def _no_corpus():
+    from samelang.corpora.views import Views
+
+    return Views([], [], [], {})
