@@ -195,7 +195,8 @@ def reader_table(results: dict, chosen: ShapeRow | None, mine: str | None = None
     cols = [("parallel", "ndcg_at_1"), ("partial", "found_at_1"), ("partial", "reader_at_1"),
             ("partial", "cross_at_1"), ("partial", "same_language_first"), ("one", "found_at_1"),
             ("one", "same_language_first"), ("mono", "ndcg_at_10")]  # fmt: skip
-    cols = [c for c in cols if c[0] in next(iter(results.values()))]
+    first = next(iter(results.values()))
+    cols = [c for c in cols if c[0] in first and c[1] in first[c[0]]]  # results written before a metric existed
     lines = ["| row | " + " | ".join(f"{s} {m}" for s, m in cols) + " |", "|---|" + "---|" * len(cols)]
     for row, res in results.items():
         own = mine and mine in (row.retriever, row.reranker)

@@ -90,3 +90,18 @@ def test_a_slower_row_must_beat_the_best_unreranked_row_by_the_margin():
     enough = {**small, reranked: flat(85 + R.SLOWER_MARGIN)}
     assert R.serving_rule(enough, base, latency=latency)[0] == reranked
     assert R.serving_rule(small, base)[0] == reranked  # no p50 measured: quality alone
+
+
+def test_the_reader_table_shows_the_bias_beside_what_is_found():
+    """``same_language_first`` stands beside found@1 / reader@1 / cross@1 where the results hold it, and a
+    result written before it existed still makes a table."""
+    row = R.ShapeRow("base")
+    res = {s: {R.PRIMARY[s]: {"mean": 80.0}} for s in R.SHAPES}
+    res["partial"] |= {m: {"mean": 50.0} for m in ("reader_at_1", "cross_at_1")}
+    old = R.reader_table({row: res}, row)
+    assert "same_language_first" not in old[0] and "partial cross_at_1" in old[0]
+    res["partial"]["same_language_first"] = {"mean": 12.5}
+    res["one"]["same_language_first"] = {"mean": 20.0}
+    head, _, line = R.reader_table({row: res}, row)
+    assert "partial same_language_first" in head and "one same_language_first" in head
+    assert "| 12.5 |" in line and "| 20.0 |" in line
