@@ -94,11 +94,11 @@ def serving_rule(
     ok = [r for r, v in verdict.items() if not (v["below_base"] or v["reader_below_floor"] or v["too_slow"])]
     ok = ok or [baseline]
     plain = [r for r in ok if not r.reranked]
-    fastest = _best(plain, verdict) if plain else None
-    if fastest is not None and fastest in latency:
+    best_plain = _best(plain, verdict) if plain else None
+    if best_plain is not None and best_plain in latency:
         for r in ok:
-            slower = r in latency and latency[r] > latency[fastest]
-            if slower and verdict[r]["mean"] < verdict[fastest]["mean"] + SLOWER_MARGIN:
+            slower = r in latency and latency[r] > latency[best_plain]
+            if slower and verdict[r]["mean"] < verdict[best_plain]["mean"] + SLOWER_MARGIN:
                 verdict[r]["slower_not_better"] = True
         ok = [r for r in ok if not verdict[r]["slower_not_better"]]
     return _best(ok, verdict), verdict

@@ -252,8 +252,8 @@ def train_biencoder(args: BiencoderArgs, log=print) -> Path:
     align = build_align_pairs(args.langs, args.seed, args.tatoeba_per_lang) if args.tatoeba_per_lang else []
     views = args.training_views().split("train") if args.corpus else None
     langs = ("en", *loop.langs_of(args.langs))
-    groups = args.ranking_groups(views, args.home, args.seed, langs, dev, log=log)
-    ranking = RankingBatches(groups, args.relevance_batch, args.seed)
+    ranking = RankingBatches(args.ranking_groups(views, args.home, args.seed, langs, dev, log=log),
+                             args.relevance_batch, args.seed)  # fmt: skip
     groups = [t.group for t in triplets]
     epoch_batches = functools.lru_cache(maxsize=2)(
         lambda epoch: group_unique_batches(groups, args.batch_size, args.seed + epoch)
