@@ -23,7 +23,6 @@ from tqdm.auto import tqdm
 from samelang.core.models.generation import NoGenerator
 from samelang.core.models.reranker import CosineReranker
 from samelang.corpora.records import Document
-from samelang.evaluation.memo import MemoEncoder
 from samelang.ground.atomic import atomic_write_text
 from samelang.ground.langid import get_identifier
 from samelang.indexes.index import open_index
@@ -96,9 +95,9 @@ def mine_negatives(
     index = open_index(index_dir, encoder.info)
     try:
         qvecs = encoder.encode_queries([q.text for q in queries], progress=True)
-        memo = MemoEncoder(encoder, {})
         defaults = Defaults(rerank=False, group_candidates=False, lexical_weight=retriever.lexical_weight)
-        pipe = Pipeline(memo, index, CosineReranker(memo), NoGenerator(), get_identifier(), Limits(), defaults=defaults)
+        pipe = Pipeline(encoder, index, CosineReranker(encoder), NoGenerator(), get_identifier(), Limits(),
+                        defaults=defaults)  # fmt: skip
         out: dict[str, list[str]] = {}
         for q, v in zip(tqdm(queries, desc="mining", unit="q"), qvecs, strict=True):
             hits = pipe.search(q.text, SearchOptions(k=depth, lang=q.lang), qvec=np.asarray(v, np.float32)[None])
