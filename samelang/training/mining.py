@@ -37,7 +37,7 @@ MINING_VERSION = "mining-v1"  # bump when what a cached list means changes
 
 @dataclass(frozen=True)
 class MiningQuery:
-    """A training query: its id, text, language and the keys of what answers it (``Document.metadata
+    """A training query: its id, text, language and the key of what answers it (``Document.metadata
     ["key"]`` of the collection: every language version of the gold shares one key)."""
 
     id: str
