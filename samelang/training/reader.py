@@ -40,11 +40,12 @@ from samelang.corpora import XQUAD_LANGS, dev_articles
 from samelang.training import loop
 from samelang.training.corpus import CorpusTrainingOptions
 from samelang.training.reader_data import ReadingExample, build_reading_examples, dev_questions
+from samelang.training.user_data import UserDataOptions
 
 HEAD_MODULES = ["qa_outputs"]  # new in a converted bi-encoder: trained in full, saved with the adapter
 
 
-class ReaderArgs(loop.TrainerArgs, CorpusTrainingOptions):
+class ReaderArgs(loop.TrainerArgs, CorpusTrainingOptions, UserDataOptions):
     """Options of ``samelang train reader`` (the shared ones in :class:`loop.TrainerArgs`)."""
 
     langs: str = Field(",".join(XQUAD_LANGS), description="XQuAD languages to train and calibrate on.")
@@ -80,6 +81,12 @@ class ReaderArgs(loop.TrainerArgs, CorpusTrainingOptions):
     def _windows(self) -> ReaderArgs:
         check_windows(self.max_length, self.stride)
         return self
+
+    def examples(self, langs: tuple[str, ...], dev: tuple[int, ...]) -> list[ReadingExample]:
+        """The run's training examples: XQuAD's train articles, the corpus (``--corpus``) and the user's
+        SQuAD file (``--data``; alone with ``--data-only``), deterministic under the seed."""
+        views = self.training_views() if self.corpus and not self.data_only else None
+        return build_reading_examples(views, langs, dev, self.negatives, self.seed, self.user_squad(), self.data_only)
 
 
 class ReaderModule(torch.nn.Module):
@@ -222,8 +229,7 @@ def train_reader(args: ReaderArgs, log=print) -> Path:
     dev = dev_articles(args.dev_n_articles)
     if args.calibrate_only:
         return recalibrate(args, langs, dev, log)
-    views = args.training_views() if args.corpus else None
-    examples = build_reading_examples(views, langs, dev, args.negatives, args.seed)
+    examples = args.examples(langs, dev)
     module = ReaderModule(args, home).to(device)
     data = windows(module.tokenizer, examples, args.max_length, args.stride)
     log(f"reader: {len(examples)} examples ({sum(not e.answers for e in examples)} without an answer), "
@@ -318,8 +324,7 @@ def recount_sources(args: ReaderArgs, langs, dev) -> dict[str, dict[str, int]]:
     """:func:`source_counts` of the examples a recorded run trained on, built again from its options
     (deterministic: the same corpus, hold-out, languages, dev articles and seed give the same
     examples): what ``--calibrate-only`` adds to a card written before the table existed."""
-    views = args.training_views() if args.corpus else None
-    return source_counts(build_reading_examples(views, langs, dev, args.negatives, args.seed))
+    return source_counts(args.examples(langs, dev))
 
 
 def add_sources(args: ReaderArgs, training_args: dict, log=print) -> None:
@@ -390,8 +395,10 @@ def dev_table(report: dict) -> str:
 def model_card(args: ReaderArgs, training_args: dict, report: dict) -> str:
     earlier = training_args.get("earlier", [])
     data = "XQuAD **train** articles (the dev articles held out)"
-    if args.corpus:
+    if args.corpus and not args.data_only:
         data += " and the training corpora's QA sources with answer spans (docs/data.md)"
+    if args.data:
+        data = f"the user's SQuAD file `{args.data}`" + (" alone" if args.data_only else f" and {data}")
     return render_model_card(
         ModelCardData(
             name=args.out.name,

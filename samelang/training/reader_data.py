@@ -68,11 +68,19 @@ def with_negatives(examples: list[ReadingExample], others: list[list[str]], shar
 
 
 def build_reading_examples(
-    views: Views | None, langs: tuple[str, ...], dev: tuple[int, ...], negatives: float, seed: int
+    views: Views | None,
+    langs: tuple[str, ...],
+    dev: tuple[int, ...],
+    negatives: float,
+    seed: int,
+    user: tuple[list[ReadingExample], list[list[str]]] = ([], []),
+    alone: bool = False,
 ) -> list[ReadingExample]:
-    """The training examples, shuffled: XQuAD train articles but ``dev``, the corpus's train rows
-    with spans (``views``: None for none), and no-answer passages for ``negatives`` of the questions."""
-    examples, others = xquad_examples(langs, exclude_articles=dev)
+    """The training examples, shuffled: XQuAD train articles but ``dev`` (not when ``alone``), the
+    corpus's train rows with spans (``views``: None for none), the user's examples with their articles'
+    other passages (``user``), and no-answer passages for ``negatives`` of the questions."""
+    examples, others = ([], []) if alone else xquad_examples(langs, exclude_articles=dev)
+    examples, others = examples + list(user[0]), others + list(user[1])
     if views is not None:
         for r in views.qa:
             if r.answers and r.split == "train":

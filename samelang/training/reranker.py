@@ -45,12 +45,13 @@ from samelang.training.reranker_data import (
     retrieved_negatives,
 )
 from samelang.training.teachers import teacher_scores
+from samelang.training.user_data import UserDataOptions, fill_negatives
 
 HEAD_MODULES = ["classifier", "pooler"]  # new in a converted bi-encoder: trained in full, saved with the adapter
 GROUP_LABELS = (1.0, 1.0, 0.0, 0.0)
 
 
-class RerankerArgs(loop.TrainerArgs, CorpusTrainingOptions, RelevanceFirstOptions):
+class RerankerArgs(loop.TrainerArgs, CorpusTrainingOptions, RelevanceFirstOptions, UserDataOptions):
     """Options of ``samelang train reranker`` (the shared ones in :class:`loop.TrainerArgs`)."""
 
     stage: int = Field(
@@ -100,6 +101,9 @@ class RerankerArgs(loop.TrainerArgs, CorpusTrainingOptions, RelevanceFirstOption
     def _stage_two_needs_init(self) -> RerankerArgs:
         if self.stage == 2 and not self.init:
             raise ValueError("--stage 2 continues from a stage-1 model: pass --init DIR")
+        if self.data_only and (self.stage != 0 or self.relevance_first):
+            raise ValueError("--data-only trains the relevance stage on --data FILE alone: pass --stage 0, without "
+                             "--relevance-first")  # fmt: skip
         return self
 
 
@@ -204,6 +208,16 @@ def relevance_loss(module, batch: list[RelevanceGroup]) -> dict[str, torch.Tenso
     return {"relevance": loss, "loss": loss}
 
 
+def with_ranking_terms(parts: dict, module, batches: dict[str, RankingBatches], step: int) -> dict[str, torch.Tensor]:
+    """``parts`` with ``L_rel`` on each non-empty source of ranking groups (``batches``: term name -> its
+    batches) beside the stage's own terms, and added to its ``loss``."""
+    for name, groups in batches.items():
+        if groups:
+            parts[name] = relevance_loss(module, [as_relevance_group(g) for g in groups(step)])["loss"]
+            parts["loss"] = parts["loss"] + parts[name]
+    return parts
+
+
 def as_relevance_group(g: RankingGroup) -> RelevanceGroup:
     """A relevance-first group scored as the relevance stage scores its groups (the positive first)."""
     return RelevanceGroup(g.query, g.docs, g.lang, f"relevance-first:{g.source}")
@@ -251,16 +265,21 @@ def dev_eval(module, articles: tuple[int, ...], n_questions: int, langs: tuple[s
 # ----------------------------------------------------------------------------- trainer
 
 
-def stage_data(args: RerankerArgs, home: Path, dev: tuple[int, ...], langs: tuple[str, ...], device, log=print):
-    """The stage's training instances (and stage 1's teacher scores, else ``None``)."""
+def stage_data(args: RerankerArgs, home: Path, dev: tuple[int, ...], langs: tuple[str, ...], device,
+               user: list[RankingGroup], log=print):  # fmt: skip
+    """The stage's training instances (and stage 1's teacher scores, else ``None``); ``user``: the
+    ``--data`` groups, which the relevance stage takes as data (alone with ``--data-only``)."""
     targets = None
     mined = args.stage > 0 and args.negatives != "article"  # the relevance stage takes its own negatives
     negatives = retrieved_negatives(args.negatives, home, dev, log) if mined else None
-    if args.stage == 0:
+    if args.data_only:
+        data = [as_relevance_group(g) for g in user]
+        log(f"relevance groups: {len(data)}, the user's pairs in {args.data} alone")
+    elif args.stage == 0:
         views = args.training_views()
         data = build_relevance_groups(views, args.negatives_per_query, args.seed, langs, exclude_articles=dev)
         ranking = args.ranking_groups(views.split("train"), home, args.seed, langs, dev, log)
-        data += [as_relevance_group(g) for g in ranking]
+        data += [as_relevance_group(g) for g in (*ranking, *user)]
         held = args.hold_out or "none"
         log(f"relevance groups: {len(data)}, {len(ranking)} of them relevance before language (views loaded in "
             f"{views.seconds:.1f} s; held out: {held})")  # fmt: skip
@@ -282,11 +301,14 @@ def train_reranker(args: RerankerArgs, log=print) -> Path:
     rank, world, local_rank, device = loop.start(args)
     home, langs = args.home, loop.langs_of(args.langs)
     dev = dev_articles(args.dev_n_articles)
-    data, targets = stage_data(args, home, dev, langs, device, log)
-    # stages 1 and 2 keep learning relevance before language beside their own objective (stage 0: in its data)
+    user = fill_negatives(args.user_pairs(), args.negatives_per_query, args.seed)  # checked before any step
+    data, targets = stage_data(args, home, dev, langs, device, user, log)
+    # stages 1 and 2 keep learning relevance before language, and the user's pairs, beside their own objective
+    # (stage 0: in its data)
     views = args.training_views().split("train") if args.relevance_first and args.stage > 0 else None
     ranking = RankingBatches(args.ranking_groups(views, home, args.seed, langs, dev, log) if views else [],
                              args.relevance_batch, args.seed)  # fmt: skip
+    user = RankingBatches(user if args.stage > 0 else [], args.relevance_batch, args.seed)
     steps_per_epoch = max(1, len(data) // (args.batch_size * world))
     total = args.max_steps or max(1, int(steps_per_epoch * args.epochs))
     module = RerankerModule(args, home).to(device)
@@ -308,9 +330,7 @@ def train_reranker(args: RerankerArgs, log=print) -> Path:
                 parts = distill_loss(fwd, batch, targets[idx])
             else:
                 parts = align_loss(fwd, batch, args.lambda_lc, args.objective)
-            if ranking:
-                parts["relevance_first"] = relevance_loss(fwd, [as_relevance_group(g) for g in ranking(step)])["loss"]
-                parts["loss"] = parts["loss"] + parts["relevance_first"]
+            parts = with_ranking_terms(parts, fwd, {"relevance_first": ranking, "relevance_data": user}, step)
         step += 1
         rec = loop.optimiser_step(parts, params, opt, sched, step, started)
         bar.update(1)
@@ -384,6 +404,9 @@ def model_card(args: RerankerArgs, training_args: dict, eval_markdown: str | Non
         data = "the training corpora (docs/data.md) and " + data
     elif args.stage == 2 and args.ict_groups:
         data += f" and {args.ict_groups} groups from the training corpora's parallel passages (docs/data.md)"
+    if args.data:
+        mine = f"the user's pairs in `{args.data}`"
+        data = f"{mine} alone" if args.data_only else f"{data} and {mine}"
     teacher = "none" if args.stage == 0 else stage1_teacher(args)
     unit = {0: f"queries with {1 + args.negatives_per_query} documents", 1: "pairs", 2: "groups of 4 documents"}
     return render_model_card(
