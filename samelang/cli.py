@@ -33,13 +33,14 @@ def build_app(full: bool = True) -> typer.Typer:
     if full:
         from samelang.bench.cli import bench  # deferred: keeps the bench (faiss, numpy) out of start-up
         from samelang.evaluation.cli import eval_app  # deferred: keeps the judge's imports out of start-up
-        from samelang.training.cli import data_app, train_app  # deferred: keeps torch out of start-up (it also
-        # joins `eval biencoder-ablation`, which trains, to eval_app)
+        from samelang.training.cli import adapt_cmd, data_app, train_app  # deferred: keeps torch out of start-up
+        # (it also joins `eval biencoder-ablation`, which trains, to eval_app)
 
         app.add_typer(train_app, name="train")
         app.add_typer(eval_app, name="eval")
         app.add_typer(data_app, name="data")
         app.command("bench")(bench)
+        app.command("adapt")(adapt_cmd)
     return app
 
 

@@ -162,3 +162,25 @@ def fake_corpus_store(tmp_path, monkeypatch):
         monkeypatch.setattr(module, "BY_NAME", by_name)
     monkeypatch.setattr(views, "SOURCES", tuple(fake))
     return CorpusStore(tmp_path / "store")
+
+
+def _unlabelled(n: int) -> list:
+    """The first ``n`` test paragraphs in English and in German, their ``group`` labels dropped."""
+    from samelang.corpora import Document, load_xquad
+
+    docs = []
+    for lang in ("en", "de"):
+        docs += [
+            Document(f"{lang}-{i}", p.text, lang) for i, p in enumerate(load_xquad([lang], split="test").paragraphs[:n])
+        ]
+    return docs
+
+
+@pytest.fixture()
+def small_index(tmp_path, encoder):
+    """An index of 12 English and 12 German test paragraphs with no group labels (what ``samelang adapt`` meets)."""
+    from samelang.indexes.writes import build_index
+
+    out = tmp_path / "collection"
+    build_index(out, _unlabelled(12), encoder.encode_passages, encoder.info, analyzer=encoder.analyzer)
+    return out

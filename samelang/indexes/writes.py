@@ -1,7 +1,8 @@
-"""Writing an index: build, add, delete and export, each a new complete generation beside the live
-one, switched in with one atomic rename under the writer lock (:mod:`.generations`), so that a
-crash at any point leaves the previous generation loadable and a running server never sees half a
-write. The embedding model and the analyzer of the lexical half are callables given by the caller."""
+"""Writing an index: build, add, delete and export (re-embed: :mod:`.reembed`), each a new complete
+generation beside the live one, switched in with one atomic rename under the writer lock
+(:mod:`.generations`), so that a crash at any point leaves the previous generation loadable and a running
+server never sees half a write. The embedding model and the analyzer of the lexical half are callables
+given by the caller."""
 
 from __future__ import annotations
 

@@ -49,10 +49,11 @@ def load_components(cfg: ServiceSettings) -> Components:
     options = cfg.engine_options()
     with ledger.measure("encoder"):
         model = registry.chosen_biencoder(cfg)
+        path = cfg.index or registry.default_index_path(cfg)
+        model = registry.adapted_model(path, model, cfg.home)  # `samelang adapt` embedded it again: its model
         encoder = registry.open_encoder(model, device=device, home=cfg.home, options=options)
     with ledger.measure("index"):
         set_search_threads(cfg.search_threads)  # why 1: see Settings.search_threads
-        path = cfg.index or registry.default_index_path(cfg)
         index: OpenIndex = open_index(path, encoder.info, use_gpu=cfg.use_gpu_index, uri=cfg.milvus_uri)
         if getattr(index, "lexical", None) is not None:
             encoder.analyzer  # noqa: B018  (built here, so that its cost is the index's, not a first request's)

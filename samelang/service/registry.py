@@ -216,6 +216,19 @@ def demo_index_path(home: Path, langs: str, fingerprint: str, variant: str = "fp
     return Path(home) / "indexes" / f"xquad-{'-'.join(check_langs(langs))}-{fingerprint[:12]}{tag}"
 
 
+def adapted_model(index: Path, model: str | Path, home: Path) -> str | Path:
+    """The model to serve ``index`` with when ``model`` is chosen: the one ``samelang adapt`` embedded the
+    index's live generation with, if it was adapted from ``model`` (no weights read), else ``model``."""
+    try:
+        manifest = read_index_manifest(Path(index))
+    except (IndexNotFound, OSError, ValueError):
+        return model
+    note = manifest.get("reembedded") or {}
+    if note.get("model") and Path(note["model"]).is_dir() and note.get("from") == served_fingerprint(model, home):
+        return Path(note["model"])
+    return model
+
+
 def default_index_path(cfg) -> Path:
     """The demo index of the served encoder at the precision it runs here (cheap: no weights read)."""
 

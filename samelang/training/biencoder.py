@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 
 from samelang.core import folder, options
 from samelang.core import metrics as M
+from samelang.core.models.loading import adapter_base
 from samelang.core.models.model_card import ModelCardData, render_model_card
 from samelang.core.runtime.heads import pool, read_st_config
 from samelang.corpora import dev_articles, load_xquad
@@ -43,6 +44,11 @@ class BiencoderArgs(loop.TrainerArgs, CorpusTrainingOptions, RelevanceFirstOptio
     """Options of ``samelang train biencoder`` (the shared ones in :class:`loop.TrainerArgs`)."""
 
     base: str | None = Field(None, description="Base checkpoint folder (default: the converted multilingual-e5-small).")
+    init: str | None = Field(
+        None,
+        description="Continue from this bi-encoder (a LoRA adapter: trained on over its own base, the new adapter "
+        "saved over that base; a full model: as --base)",
+    )
     langs: str = Field(",".join(TARGET_LANGS), description="Target languages paired with English.")
     loss: Literal["jsd+nce", "nce", "jsd", "nce-psg"] = Field(
         "jsd+nce", description="jsd+nce (the seed's), or its ablations nce | jsd | nce-psg."
@@ -70,11 +76,16 @@ class BiencoderArgs(loop.TrainerArgs, CorpusTrainingOptions, RelevanceFirstOptio
         "L_JSD between a parallel passage in English and in another language.",
     )
     corpus_batch: int = Field(16, ge=2, description="With --corpus: QA rows, ICT queries and parallel pairs per step.")
+    max_minutes: float | None = Field(
+        None, gt=0, description="Stop after this many minutes of training steps (over resumes), then save the model."
+    )
 
     @model_validator(mode="after")
     def _hard_negatives_need_target_queries(self) -> BiencoderArgs:
         if self.hard_negatives and not self.target_queries:
             raise ValueError("--hard-negatives joins the target-query terms: it needs --target-queries")
+        if self.init and self.base:
+            raise ValueError("--init continues a bi-encoder over its own base: drop --base")
         if self.data_only and (self.corpus or self.relevance_first or self.tatoeba_per_lang):
             raise ValueError("--data-only trains on --data FILE alone: drop --corpus, --relevance-first and "
                              "--tatoeba-per-lang")  # fmt: skip
@@ -96,7 +107,11 @@ class BiEncoderModule(torch.nn.Module):
         # the encoder's own dropout is off: on CPU it costs 3-4x in the forward pass (attention
         # falls back from SDPA to the math kernel), and LoRA brings its own dropout
         model = AutoModel.from_pretrained(base, **loop.no_dropout(base), trust_remote_code=args.trust_remote_code)
-        if not args.full:
+        if args.init and folder.is_adapter(args.init):
+            from peft import PeftModel  # deferred: keeps peft out of start-up
+
+            model = PeftModel.from_pretrained(model, args.init, is_trainable=True)
+        elif not args.full:
             from peft import LoraConfig, get_peft_model  # deferred: keeps peft out of start-up
 
             cfg = LoraConfig(
@@ -251,9 +266,10 @@ class StepTerms:
     Tatoeba pairs, the corpus, relevance-first groups and the user's pairs (``--data``: ``nce_data``, the
     same loss as ``nce_rf``). An epoch is a pass over the triplets, or over the user's pairs when alone."""
 
-    def __init__(self, args: BiencoderArgs, dev: tuple[int, ...], world: int, rank: int, log=print):
+    def __init__(self, args: BiencoderArgs, dev: tuple[int, ...], world: int, rank: int, log=print, given=None):
         self.args, self.world, self.rank = args, world, rank
-        alone = args.data_only
+        given_groups, given_pairs, given_alone = given or ([], [], False)
+        alone = args.data_only or given_alone
         self.triplets = [] if alone else build_triplets(args.langs, "train", args.seed, args.per_lang or None,
                                                         exclude_articles=dev)  # fmt: skip
         self.align = build_align_pairs(args.langs, args.seed, args.tatoeba_per_lang) if args.tatoeba_per_lang else []
@@ -261,9 +277,11 @@ class StepTerms:
         langs = ("en", *loop.langs_of(args.langs))
         self.ranking = RankingBatches(args.ranking_groups(self.views, args.home, args.seed, langs, dev, log=log),
                                       args.relevance_batch, args.seed)  # fmt: skip
-        self.user = RankingBatches(args.user_pairs(), args.batch_size, args.seed)
+        self.user = RankingBatches(args.user_pairs() + list(given_groups), args.batch_size, args.seed)
+        self.translations = list(given_pairs)
         if self.user:
-            log(f"--data: {len(self.user.groups)} pairs from {args.data}" + (" (alone)" if alone else ""))
+            alone_ = " (alone)" if alone else ""
+            log(f"--data: {len(self.user.groups)} pairs from {args.data or 'the collection'}{alone_}")
         groups = [t.group for t in self.triplets]
         self.epoch_batches = functools.lru_cache(maxsize=2)(
             lambda epoch: group_unique_batches(groups, args.batch_size, args.seed + epoch)
@@ -290,24 +308,31 @@ class StepTerms:
             parts["nce_rf"] = relevance_first_loss(fwd, self.ranking(step), self.nce)
         if self.user:
             parts["nce_data"] = relevance_first_loss(fwd, self.user(step * self.world + self.rank), self.nce)
+        if self.translations:
+            n, pairs = args.batch_size, self.translations
+            batch = [pairs[(step * n + i) % len(pairs)] for i in range(min(n, len(pairs)))]
+            parts["jsd_data"] = self.jsd(fwd([a.en for a in batch], PASSAGE), fwd([a.tgt for a in batch], PASSAGE))
         parts["loss"] = sum(parts.values())
         return parts
 
 
-def train_biencoder(args: BiencoderArgs, log=print) -> Path:
+def train_biencoder(args: BiencoderArgs, log=print, given=None) -> Path:
+    """Train, resuming from ``args.out/checkpoints``; ``given``: ``(groups, translation pairs, alone)`` a caller
+    mined (``samelang adapt``), learnt as ``nce_data`` and ``jsd_data`` (L_JSD between the two texts of a pair),
+    alone or beside the seed's triplets."""
     rank, world, local_rank = loop.dist()
     device = loop.device_for(args.device, local_rank)
     loop.seed_all(args.seed)
-    base = loop.resolve_base(args.base, args)
+    base, named = start_from(args)
     dev = dev_articles(args.dev_n_articles)
-    terms = StepTerms(args, dev, world, rank, log)
+    terms = StepTerms(args, dev, world, rank, log, given)
     total = args.max_steps or max(1, int(terms.steps_per_epoch * args.epochs))
     module = BiEncoderModule(base, args).to(device)
     fwd, params, opt, sched, step, history = loop.setup(module, args, total, device, local_rank, world, log)
     dev_langs = [x for x in ("zh", "ar", "hi") if x in args.langs.split(",")] or args.langs.split(",")[:2]
     t0 = time.perf_counter()
     bar = tqdm(total=total, initial=step, desc=f"train biencoder ({args.loss})", disable=rank != 0)
-    while step < total:
+    while step < total and not loop.out_of_time(history, args.max_minutes, log):
         started = time.perf_counter()
         with loop.autocast(device, args.precision):
             parts = terms(fwd, step)
@@ -326,14 +351,25 @@ def train_biencoder(args: BiencoderArgs, log=print) -> Path:
     seconds = time.perf_counter() - t0
     if rank == 0:
         counts = {"n_triplets": len(terms.triplets), "n_pairs": len(terms.user.groups)}
-        _save_final(args, module, base, history, seconds, counts, world)
+        _save_final(args, module, base, named, history, seconds, counts, world)
         shutil.rmtree(args.out / "checkpoints", ignore_errors=True)
     if world > 1:
         torch.distributed.barrier()
     return args.out
 
 
-def _save_final(args: BiencoderArgs, module, base: str, history, seconds: float, counts: dict, world: int) -> None:
+def start_from(args: BiencoderArgs) -> tuple[str, str | None]:
+    """The base the run's model is made of and the name its record gives it: ``--base`` (else the
+    converted base), or for ``--init`` an adapter's own base (a full model is its own base)."""
+    if args.init and folder.is_adapter(args.init):
+        return str(adapter_base(args.init, args.home)), (folder.read_manifest(args.init) or {}).get("base")
+    named = args.init or args.base
+    return loop.resolve_base(named, args), named
+
+
+def _save_final(
+    args: BiencoderArgs, module, base: str, named: str | None, history, seconds: float, counts: dict, world: int
+) -> None:
     """Write the model folder atomically (everything but checkpoints/ is replaced)."""
     args.out.mkdir(parents=True, exist_ok=True)
     final = args.out / "model.tmp"
@@ -345,13 +381,11 @@ def _save_final(args: BiencoderArgs, module, base: str, history, seconds: float,
         weights = ("model.safetensors",)
     else:
         module.model.save_pretrained(final)
-        weights = loop.finish_adapter_config(final, base, args.base)
+        weights = loop.finish_adapter_config(final, base, named)
     loop.write_st_config(final, base, module.model.config.hidden_size)
     kind = "lora-adapter" if not args.full else "full"
     counts = {**counts, "steps": len(history)}
-    training_args = loop.write_run_files(
-        final, args, base, history, seconds, world, counts, kind, weights, named=args.base
-    )
+    training_args = loop.write_run_files(final, args, base, history, seconds, world, counts, kind, weights, named=named)
     loop.replace_contents(final, args.out)
     folder.write_card(args.out, model_card(args, training_args, None))
 

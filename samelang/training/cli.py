@@ -17,6 +17,8 @@ from samelang.corpora.provenance import PROVENANCE, render_provenance
 from samelang.evaluation.cli import eval_app
 from samelang.ground.atomic import atomic_write_text
 from samelang.training.ablation import AblationOptions, BiencoderAblation
+from samelang.training.adapt import Adaptation, AdaptOptions
+from samelang.training.adapt_eval import AdaptEvalOptions, run_adapt_eval
 from samelang.training.biencoder import BiencoderArgs, train_biencoder
 from samelang.training.contamination import DataFilterOptions, run_filter
 from samelang.training.corpus import DATA_DOC_HEAD, DataImportOptions, DataInfoOptions, import_sources, info_report
@@ -96,3 +98,25 @@ def eval_ablation_cmd(opts: AblationOptions) -> None:
     (``--train-args``), evaluate all; a finished setting is evaluated, not retrained."""
 
     typer.echo(BiencoderAblation(opts, log=typer.echo).run().table)
+
+
+@options.command(AdaptOptions)
+@options.usage_errors
+def adapt_cmd(opts: AdaptOptions) -> None:
+    """Fit the served bi-encoder to an index's own documents, with no labels (translations, inverse cloze
+    queries, mined negatives); serve it (a new index generation) only if it wins on a held-out slice and
+    loses nothing on the XQuAD dev shapes. Re-run the same command to resume."""
+    report = Adaptation(opts, log=typer.echo).run()
+    typer.echo(json.dumps({k: report[k] for k in ("dev", "guard", "verdict", "seconds")}, indent=1))
+    typer.echo(f"card: {opts.output() / 'README.md'}")
+
+
+@eval_app.command("adapt")
+@options.command(AdaptEvalOptions)
+@options.usage_errors
+def eval_adapt_cmd(opts: AdaptEvalOptions) -> None:
+    """The judge's adapt row: `samelang adapt` over the out-of-domain shape's passages alone (TyDi QA, held out
+    of every training run), then its questions asked of the adapted retriever, beside the base model's dense
+    row and the served default; the XQuAD dev shapes before and after."""
+
+    typer.echo(run_adapt_eval(opts, log=typer.echo).table)

@@ -326,6 +326,14 @@ def no_dropout(base: str | Path) -> dict:
     return out
 
 
+def out_of_time(history: list[dict], minutes: float | None, log=print) -> bool:
+    """Whether a run's training steps (every step's wall time, over resumes) used up ``minutes``."""
+    if minutes is None or sum(h.get("seconds", 0.0) for h in history) < 60 * minutes:
+        return False
+    log(f"stopping after {len(history)} steps: --max-minutes {minutes:g} used up")
+    return True
+
+
 def resolve_base(named: str | None, args) -> str:
     """The base a trainer starts from: ``named`` (a folder or hub id, at ``--revision``), else the
     converted multilingual-e5-small."""

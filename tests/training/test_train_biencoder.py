@@ -124,3 +124,28 @@ def test_a_run_stopped_early_keeps_the_schedule_it_was_started_with(tmp_path, ba
     # 20 scheduled steps, 2 of warm-up: still at the peak after 2; a 2-step schedule would have decayed to 0
     assert lrs == pytest.approx([args.lr, args.lr])
     assert "--schedule-steps 20" in (out / "README.md").read_text()
+
+
+def test_init_continues_an_adapter_over_its_own_base(tmp_path, base_model_path, samelang_home):
+    """``--init ADAPTER``: the adapter's weights trained on (not a new LoRA from zero) and saved over
+    the same base, which the service loads as it loads any adapter."""
+    import numpy as np
+
+    from samelang.core.models.encoder import Encoder
+
+    first = BiencoderArgs(out=tmp_path / "first", base=str(base_model_path), langs="zh", per_lang=2, batch_size=2,
+                          max_steps=1, max_length=32, dev_n_articles=0, device="cpu", lr=1e-2)  # fmt: skip
+    train_biencoder(first, log=lambda *a: None)
+    later = first.model_copy(update={"out": tmp_path / "later", "base": None, "init": str(first.out), "seed": 1})
+    train_biencoder(later, log=lambda *a: None)
+    a, b = load_file(first.out / "adapter_model.safetensors"), load_file(later.out / "adapter_model.safetensors")
+    assert a.keys() == b.keys()
+    moved = [k for k in a if "lora_B" in k and not np.allclose(a[k], b[k])]
+    assert moved and all(np.abs(a[k]).max() > 0 for k in moved)  # trained on from the first run's B, not from zero
+    manifests = [json.loads((x / "samelang_manifest.json").read_text()) for x in (first.out, later.out)]
+    assert manifests[0]["base"] == manifests[1]["base"]
+    assert f"--init {first.out}" in (later.out / "README.md").read_text()
+    served = Encoder(later.out, home=samelang_home).encode_passages(["Der Rhein ist ein Fluss."])
+    assert served.shape == (1, 384)
+    with pytest.raises(ValueError, match="--init continues a bi-encoder over its own base: drop --base"):
+        BiencoderArgs(out=tmp_path / "x", base="b", init="a")
