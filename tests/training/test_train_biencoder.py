@@ -149,3 +149,12 @@ def test_init_continues_an_adapter_over_its_own_base(tmp_path, base_model_path, 
     assert served.shape == (1, 384)
     with pytest.raises(ValueError, match="--init continues a bi-encoder over its own base: drop --base"):
         BiencoderArgs(out=tmp_path / "x", base="b", init="a")
+
+
+def test_the_time_budget_counts_every_steps_wall_time_over_resumes():
+    from samelang.training.loop import out_of_time
+
+    said = []
+    history = [{"step": i, "seconds": 20.0} for i in range(1, 4)]  # 60 s, two of them before a resume
+    assert not out_of_time(history, None, said.append) and not out_of_time(history, 1.01, said.append)
+    assert out_of_time(history, 1.0, said.append) and said == ["stopping after 3 steps: --max-minutes 1 used up"]
