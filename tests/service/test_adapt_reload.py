@@ -13,11 +13,13 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from samelang.indexes.generations import current_generation
 from tests.service.conftest import make_app, running
 
 
+@pytest.mark.slow  # a subprocess run of samelang adapt, killed, then run again (~3 min on 2 cores)
 def test_a_killed_adapt_leaves_the_old_generation_serving_and_resumes(
     small_index,
     base_model_path,
