@@ -53,6 +53,11 @@ class ReaderArgs(loop.TrainerArgs, CorpusTrainingOptions, UserDataOptions):
     negatives: float = Field(
         0.3, ge=0, le=1, description="Share of the questions also asked over a passage that does not answer them."
     )
+    cross_language: float = Field(
+        0.0, ge=0, le=1,
+        description="Share of the XQuAD train questions also asked over their paragraph in another language (the "
+        "answer spans in that language: /answer reads passages in any language)",
+    )  # fmt: skip
     stride: int = Field(128, ge=16, description="Tokens shared by consecutive windows of a long passage.")
     layers: int | None = Field(None, ge=1, le=48, description="Keep the first N transformer layers of the base.")
     init: Path | None = Field(
@@ -86,7 +91,8 @@ class ReaderArgs(loop.TrainerArgs, CorpusTrainingOptions, UserDataOptions):
         """The run's training examples: XQuAD's train articles, the corpus (``--corpus``) and the user's
         SQuAD file (``--data``; alone with ``--data-only``), deterministic under the seed."""
         views = self.training_views() if self.corpus and not self.data_only else None
-        return build_reading_examples(views, langs, dev, self.negatives, self.seed, self.user_squad(), self.data_only)
+        return build_reading_examples(views, langs, dev, self.negatives, self.seed, self.user_squad(), self.data_only,
+                                      self.cross_language)  # fmt: skip
 
 
 class ReaderModule(torch.nn.Module):

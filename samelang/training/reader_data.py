@@ -55,6 +55,30 @@ def xquad_examples(
     return examples, others
 
 
+def cross_language_examples(
+    langs: tuple[str, ...], share: float, seed: int, exclude_articles: tuple[int, ...] = ()
+) -> list[ReadingExample]:
+    """For ``share`` of the XQuAD train questions in each language A, the same question over its gold paragraph
+    in another language B (a seeded choice), answered by B's own answer spans (XQuAD's questions are parallel:
+    one id in every language). Why: ``/answer`` reads the passages the retriever ranks, in any language, and
+    copies the answer out of the passage in that passage's language."""
+    if share <= 0 or len(langs) < 2:
+        return []
+    x = load_xquad(list(langs), split="train")
+    text = {(p.lang, p.group): p.text for p in x.paragraphs}
+    by_id = {(q.lang, q.id): q for q in x.questions}
+    rng, out = random.Random(f"reader-cross-{seed}"), []
+    for q in x.questions:
+        if q.article in exclude_articles or rng.random() >= share:
+            continue
+        other = rng.choice([b for b in langs if b != q.lang])
+        answer = by_id.get((other, q.id))
+        if answer is not None and answer.answers:
+            out.append(ReadingExample(q.text, text[(other, q.group)], tuple((a.text, a.start) for a in answer.answers),
+                                      q.lang, "xquad-cross"))  # fmt: skip
+    return out
+
+
 def with_negatives(examples: list[ReadingExample], others: list[list[str]], share: float, seed: int):
     """``examples`` plus, for ``share`` of them, the same question over another passage of
     ``others[i]`` (its article's or document's) that holds none of its answers, labelled no answer."""
@@ -75,10 +99,13 @@ def build_reading_examples(
     seed: int,
     user: tuple[list[ReadingExample], list[list[str]]] = ([], []),
     alone: bool = False,
+    cross_language: float = 0.0,
 ) -> list[ReadingExample]:
     """The training examples, shuffled: XQuAD train articles but ``dev`` (not when ``alone``), the
     corpus's train rows with spans (``views``: None for none), the user's examples with their articles'
-    other passages (``user``), and no-answer passages for ``negatives`` of the questions."""
+    other passages (``user``), and no-answer passages for ``negatives`` of the questions; with
+    ``cross_language``, that share of the XQuAD questions also over their paragraph in another language
+    (added after the no-answer passages are drawn: the draws of a run without them stay the same)."""
     examples, others = ([], []) if alone else xquad_examples(langs, exclude_articles=dev)
     examples, others = examples + list(user[0]), others + list(user[1])
     if views is not None:
@@ -88,6 +115,8 @@ def build_reading_examples(
                                                r.lang, r.source))  # fmt: skip
                 others.append(list(r.negatives))
     out = with_negatives(examples, others, negatives, seed)
+    if not alone:
+        out += cross_language_examples(langs, cross_language, seed, exclude_articles=dev)
     random.Random(seed).shuffle(out)
     return out
 

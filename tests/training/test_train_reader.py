@@ -213,3 +213,21 @@ def test_a_later_stage_continues_from_the_readers_weights_and_its_card_chains_th
     assert f"| xquad | {counted['xquad']['questions']:,} |" in (out / "README.md").read_text()
     with pytest.raises(ValueError, match="not a LoRA reader"):
         train_reader(ReaderArgs(out=tmp_path / "x", init=tmp_path, corpus=False, device="cpu", home=samelang_home))
+
+
+def test_cross_language_examples_ask_in_one_language_and_answer_from_anothers_paragraph():
+    from samelang.corpora import load_xquad
+    from samelang.training.reader_data import cross_language_examples
+
+    dev = dev_articles(3)
+    out = cross_language_examples(("en", "zh", "de"), 0.5, seed=0, exclude_articles=dev)
+    questions = {(q.lang, q.text) for q in load_xquad(["en", "zh", "de"], split="train").questions}
+    assert 0.4 < len(out) / len(questions) < 0.6  # about half of the questions, each once
+    for ex in out[:200]:
+        (text, start), *_ = ex.answers
+        assert ex.context[start : start + len(text)] == text and ex.source == "xquad-cross"
+        assert (ex.lang, ex.question) in questions and ex.question not in ex.context
+    paragraph_langs = {x: {p.text for p in load_xquad([x], split="train").paragraphs} for x in ("en", "zh", "de")}
+    assert all(ex.context not in paragraph_langs[ex.lang] for ex in out)  # always another language's paragraph
+    assert cross_language_examples(("en", "zh"), 0.0, seed=0) == []
+    assert cross_language_examples(("en", "zh", "de"), 0.5, seed=0, exclude_articles=dev) == out  # seeded
