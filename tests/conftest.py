@@ -146,21 +146,30 @@ def fake_files() -> dict[str, dict[str, bytes]]:
 
 
 @pytest.fixture()
-def fake_corpus_store(tmp_path, monkeypatch):
-    """A store of the fake files, with the declarations swapped for theirs."""
+def fake_sources(monkeypatch) -> tuple[tuple, dict[str, dict[str, bytes]]]:
+    """The declarations swapped for ones of the fake files (the readers and the views see them): the
+    fake sources and their files (source -> path -> bytes)."""
     files = fake_files()
     fake = []
     for s in sources.SOURCES:
         decl = tuple(sources.SourceFile(p, len(b), hashlib.sha256(b).hexdigest()) for p, b in files[s.name].items())
         fake.append(replace(s, files=decl, licence_file=None))
-        for p, b in files[s.name].items():
-            target = tmp_path / "store" / s.name / (p + ".xz")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(lzma.compress(b))
     by_name = {s.name: s for s in fake}
     for module in (qa, parallel):
         monkeypatch.setattr(module, "BY_NAME", by_name)
     monkeypatch.setattr(views, "SOURCES", tuple(fake))
+    return tuple(fake), files
+
+
+@pytest.fixture()
+def fake_corpus_store(tmp_path, fake_sources):
+    """A store of the fake files, with the declarations swapped for theirs."""
+    _, files = fake_sources
+    for name, blobs in files.items():
+        for p, b in blobs.items():
+            target = tmp_path / "store" / name / (p + ".xz")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(lzma.compress(b))
     return CorpusStore(tmp_path / "store")
 
 

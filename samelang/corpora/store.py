@@ -1,12 +1,12 @@
 """Where the training corpora's files live, and reading them back checked against their sha256.
 
-The files are not in the repository: this workplace lets developers commit no file that a repository
-snapshot brings, and lets data files in only through the steering repository's ``shared/``. So the
-store is a folder laid out as ``<store>/<source>/<path>.xz`` (xz-compressed, the sha256 being the
-upstream file's), filled by ``samelang data import --snapshots DIR`` from snapshots of the repositories,
-and looked for first in ``shared/corpora`` beside the checkout (where a steering commit puts it for
-every developer and CI), then in ``$SAMELANG_HOME/corpora``. Every read checks the sha256, so a file
-that is not the declared one is never trained on.
+The files are not shipped: they are only for training and auditing the models (the service needs none of
+them), they weigh 29 MB upstream, and each source comes under its own licence, which a user accepts by
+fetching it from its publisher (PROVENANCE.md). The store is a folder laid out as
+``<store>/<source>/<path>.xz`` (xz-compressed, the sha256 being the upstream file's), filled by
+``samelang data fetch`` (or ``samelang data import --snapshots DIR`` offline), and looked for first in
+``shared/corpora`` beside the checkout (a store a team shares), then in ``$SAMELANG_HOME/corpora``. Every
+read checks the sha256, so a file that is not the declared one is never trained on.
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from samelang.corpora.sources import SOURCES, Source, SourceFile
+from samelang.ground.atomic import atomic_dir
 
-IMPORT_HINT = "run `samelang data import --snapshots DIR` (DIR: snapshots of the repositories PROVENANCE.md names)"
+IMPORT_HINT = "run `samelang data fetch` (offline: `samelang data import --snapshots DIR`)"
 
 
 class CorpusMissing(FileNotFoundError):
@@ -65,6 +66,15 @@ class CorpusStore:
         if hashlib.sha256(data).hexdigest() != f.sha256:
             raise CorpusMissing(f"{target}: not the declared file (sha256 differs): {IMPORT_HINT}")
         return data
+
+    def write(self, source: Source, blobs: dict[SourceFile, bytes]) -> None:
+        """Every file of ``source`` (its upstream bytes, checked by the caller), xz-compressed, as one
+        complete folder: a source is in the store whole or not at all."""
+        with atomic_dir(self.root / source.name) as tmp:
+            for f, data in blobs.items():
+                target = tmp / (f.path + ".xz")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(lzma.compress(data, preset=9 | lzma.PRESET_EXTREME))
 
     def size_on_disk(self, source: Source) -> int:
         return sum(self.file(source, f).stat().st_size for f in source.files if self.file(source, f).is_file())

@@ -13,6 +13,7 @@ import typer
 
 from samelang.core import options
 from samelang.core.paths import DATA_DOC
+from samelang.corpora.fetch import fetch_sources
 from samelang.corpora.provenance import PROVENANCE, render_provenance
 from samelang.evaluation.cli import eval_app
 from samelang.ground.atomic import atomic_write_text
@@ -21,7 +22,14 @@ from samelang.training.adapt import Adaptation, AdaptOptions
 from samelang.training.adapt_eval import AdaptEvalOptions, run_adapt_eval
 from samelang.training.biencoder import BiencoderArgs, train_biencoder
 from samelang.training.contamination import DataFilterOptions, run_filter
-from samelang.training.corpus import DATA_DOC_HEAD, DataImportOptions, DataInfoOptions, import_sources, info_report
+from samelang.training.corpus import (
+    DATA_DOC_HEAD,
+    DataFetchOptions,
+    DataImportOptions,
+    DataInfoOptions,
+    import_sources,
+    info_report,
+)
 from samelang.training.reader import ReaderArgs, train_reader
 from samelang.training.reranker import RerankerArgs, train_reranker
 
@@ -51,6 +59,22 @@ def train_reader_cmd(args: ReaderArgs) -> None:
     """Train the extractive reader (a span head for /answer) on XQuAD train articles and the corpus's QA spans."""
 
     typer.echo(f"model: {train_reader(args)}")
+
+
+@data_app.command("fetch")
+@options.command(DataFetchOptions)
+@options.usage_errors
+def data_fetch_cmd(opts: DataFetchOptions) -> None:
+    """Download every declared corpus file from its repository at the pinned commit (pooch: cached, retried,
+    each checked against its sha256) into the corpus store, one complete folder per source."""
+    store = opts.store()
+    report = fetch_sources(opts.chosen(), store, opts.base_url, opts.home / "cache" / "fetch", opts.force,
+                           log=typer.echo)  # fmt: skip
+    for name, what in report.items():
+        typer.echo(f"{name}: {what}")
+    typer.echo(f"store: {store.root}")
+    if any(what.startswith("not fetched") for what in report.values()):
+        raise typer.Exit(1)
 
 
 @data_app.command("import")

@@ -1,5 +1,6 @@
-"""``samelang data import|info`` and the corpus options the trainers share.
+"""``samelang data fetch|import|info`` and the corpus options the trainers share.
 
+* fetch: downloads each declared file from its repository at the pinned commit (``samelang.corpora.fetch``);
 * import: copies each declared file (``samelang.corpora.sources``) from snapshots of its repository,
   checks size and sha256, and writes each source as one complete folder (nothing half-written);
 * info: the table of examples per source x language x view, the drops, the licences and the sizes;
@@ -12,14 +13,15 @@
 from __future__ import annotations
 
 import hashlib
-import lzma
 from collections import Counter
 from pathlib import Path
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from samelang.core.options import StrList
 from samelang.core.settings import default_home
+from samelang.corpora.fetch import RAW_GITHUB
 from samelang.corpora.sources import SOURCES, Source
 from samelang.corpora.store import (
     IMPORT_HINT,
@@ -30,15 +32,16 @@ from samelang.corpora.store import (
 )
 from samelang.corpora.views import DEV_EVERY, Views, load_views, read_contamination
 from samelang.corpora.xquad import XQUAD_LANGS
-from samelang.ground.atomic import atomic_dir
 
 DATA_DOC_HEAD = """# Training corpora
 
 Written by `samelang data info --write` (sources, licences and sha256: `samelang/corpora/PROVENANCE.md`).
-The files are not in this repository: `samelang data import --snapshots DIR` fills the corpus store from
-snapshots of the repositories, `samelang data filter` keeps XQuAD out. QA rows are (question, gold passage,
-same-document negatives); parallel passages are about 4 consecutive sentences in all 12 languages; ICT
-queries are one sentence of a parallel passage, the rest of the passage in another language the positive.
+The files are not shipped (29 MB upstream, each source under its own licence, which a user accepts
+from its publisher): `samelang data fetch` downloads them at the pinned commits into the corpus store
+(`samelang data import --snapshots DIR` offline), `samelang data filter` keeps XQuAD out. QA rows are
+(question, gold passage, same-document negatives); parallel passages are about 4 consecutive sentences in
+all 12 languages; ICT queries are one sentence of a parallel passage, the rest of the passage in another
+language the positive.
 
 """
 
@@ -79,6 +82,20 @@ class DataImportOptions(DataOptions):
     force: bool = Field(False, description="Copy a source again even if the store has it.")
 
 
+class DataFetchOptions(DataOptions):
+    """Options of ``samelang data fetch``."""
+
+    source: StrList = Field(default_factory=list, description="Only these sources (names as in PROVENANCE.md).")
+    base_url: str = Field(RAW_GITHUB, description="Where the repositories' files are published (GitHub's raw layout).")
+    force: bool = Field(False, description="Fetch a source again even if the store has it.")
+
+    def chosen(self) -> list[Source]:
+        unknown = sorted(set(self.source) - {s.name for s in SOURCES})
+        if unknown:
+            raise ValueError(f"--source: no source named {unknown}; the sources: {', '.join(s.name for s in SOURCES)}")
+        return [s for s in SOURCES if not self.source or s.name in self.source]
+
+
 class DataInfoOptions(DataOptions):
     """Options of ``samelang data info``."""
 
@@ -116,11 +133,7 @@ def _copy(place: Path, source: Source, store: CorpusStore) -> str:
             declared = f"the declared {f.size} bytes {f.sha256[:12]}..."
             return f"{f.path}: {len(data)} bytes, sha256 {digest[:12]}..., not {declared}"
         blobs[f] = data
-    with atomic_dir(store.root / source.name) as tmp:
-        for f, data in blobs.items():
-            target = tmp / (f.path + ".xz")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(lzma.compress(data, preset=9 | lzma.PRESET_EXTREME))
+    store.write(source, blobs)
     return f"imported {len(blobs)} files from {place}"
 
 
