@@ -287,6 +287,7 @@ def serve(cfg: ServiceSettings) -> None:
     import uvicorn  # deferred: keeps uvicorn out of start-up
 
     from samelang.service.api.app import create_app  # deferred: keeps fastapi, starlette out of start-up
+    from samelang.service.api.server import draining_server
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # faiss tries its builds from the most specialised down and logs each miss at INFO, which reads like
@@ -295,7 +296,9 @@ def serve(cfg: ServiceSettings) -> None:
     if not ready_to_serve(cfg):
         _prepare_in_child(cfg)
     typer.echo(f"samelang: loading models and index, then serving on http://{cfg.host}:{cfg.port} ...")
-    uvicorn.run(
-        create_app(cfg), host=cfg.host, port=cfg.port, log_level="info",
+    app = create_app(cfg)
+    config = uvicorn.Config(
+        app, host=cfg.host, port=cfg.port, log_level="info",
         timeout_graceful_shutdown=max(1, math.ceil(cfg.shutdown_timeout_s)),  # uvicorn: 0 would mean "forever"
     )  # fmt: skip
+    draining_server(app, config).run()

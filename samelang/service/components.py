@@ -229,6 +229,8 @@ def describe(pipeline: Pipeline, cfg: ServiceSettings) -> dict:
             "answer_tokens": pipeline.limits.max_answer_tokens,
             "embedding_inputs": pipeline.limits.max_embedding_inputs,
             "request_timeout_s": cfg.request_timeout_s,
+            "concurrent_requests": cfg.max_concurrent_requests,
+            "queued_requests": cfg.max_queued_requests,
             "body_bytes": cfg.max_body_bytes,
         },
     }

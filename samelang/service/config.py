@@ -227,7 +227,15 @@ class ServiceSettings(Limits, StoreOptions):
         30.0, gt=0, description="time budget of one request's model work; then 503 and the work stops"
     )
     body_timeout_s: float = Field(15.0, gt=0, description="a request body must arrive within this; else 408")
-    shutdown_timeout_s: float = Field(10.0, ge=0, description="on SIGTERM, running requests get this long")
+    max_concurrent_requests: int = Field(
+        8, ge=1, description="requests running model work at once (text-embeddings-inference's name); the rest queue"
+    )
+    max_queued_requests: int = Field(
+        32, ge=0, description="requests waiting for a turn at most; past it a 429 at once, with Retry-After"
+    )
+    shutdown_timeout_s: float = Field(
+        8.0, ge=0, description="on SIGTERM, nothing more is admitted and running requests get this long"
+    )
     index_reload_s: float = Field(
         1.0, ge=0, description="poll the index for a new generation this often (0: only POST /admin/reload)"
     )

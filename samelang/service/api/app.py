@@ -16,6 +16,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.staticfiles import StaticFiles
 
 from samelang.service.api import errors, fields
+from samelang.service.api.admission import Admission
 from samelang.service.api.dialects import Dialects
 from samelang.service.api.middleware import GuardMiddleware, RequestIdMiddleware
 from samelang.service.api.native.router import STATIC
@@ -80,6 +81,7 @@ def create_app(cfg: ServiceSettings, components: Components | None = None) -> Fa
         finally:
             if watcher is not None:
                 watcher.cancel()
+            app.state.admission.close()  # nothing more is admitted; the queue empties at once
             for budget in list(app.state.budgets):  # work still running stops at its next check
                 budget.cancel("shutdown")
             for batcher in batchers:
@@ -95,6 +97,7 @@ def create_app(cfg: ServiceSettings, components: Components | None = None) -> Fa
     app.state.metrics = Metrics()
     app.state.settings = cfg
     app.state.budgets = set()
+    app.state.admission = Admission(cfg.max_concurrent_requests, cfg.max_queued_requests, app.state.metrics)
     app.openapi = _openapi_with_limits(app, cfg)
     errors.install(app)
     for dialect in (native_router, openai_router, tei_router):

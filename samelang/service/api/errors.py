@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from samelang.core.work import Cancelled
+from samelang.service.api.admission import Overloaded, overloaded_body, retry_after
 from samelang.service.api.native.handlers import cited
 from samelang.service.errors import AnswerUnavailable, BadRequest
 
@@ -94,6 +95,11 @@ def install(app: FastAPI) -> None:
     async def _core(request: Request, exc: Exception):
         status, content = core_error(exc, request)
         return AsciiJSONResponse(content, status_code=status)
+
+    @app.exception_handler(Overloaded)
+    async def _overloaded(request: Request, exc: Overloaded):
+        body = overloaded_body(request.url.path, str(exc), request_id(request))
+        return AsciiJSONResponse(body, status_code=429, headers=retry_after(exc))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException):

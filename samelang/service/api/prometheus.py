@@ -52,6 +52,18 @@ class Metrics:
         self.in_progress = Gauge(
             "samelang_work_in_progress", "requests whose model work is running now", registry=self.registry
         )
+        self.queue_depth = Gauge(
+            "samelang_queue_depth", "requests waiting for a turn at model work (admission control)",
+            registry=self.registry,
+        )  # fmt: skip
+        self.queued_seconds = Histogram(
+            "samelang_queued_seconds", "time a request waited for its turn at model work", ["path"],
+            buckets=(0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30), registry=self.registry,
+        )  # fmt: skip
+        self.rejected = Counter(
+            "samelang_rejected_total", "requests answered 429 at once: every turn taken and the queue full", ["path"],
+            registry=self.registry,
+        )  # fmt: skip
 
     def render(self) -> tuple[bytes, str]:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST

@@ -21,7 +21,11 @@ ERRORS = {
     422: "a field breaks a rule or a limit: the detail names the field and the limit",
     500: "internal error: the detail carries only the request id to look up in the server log",
 }
-WORK_ERRORS = {**ERRORS, 503: "the request's time budget is spent or the server is shutting down"}
+WORK_ERRORS = {
+    **ERRORS,
+    429: "overloaded: every turn at model work is taken and the queue is full; retry after Retry-After seconds",
+    503: "the request's time budget is spent or the server is shutting down",
+}
 
 
 def responses(codes: dict[int, str]) -> dict:
@@ -29,16 +33,18 @@ def responses(codes: dict[int, str]) -> dict:
 
 
 async def bounded(request: Request, fn, req):
-    """Run ``fn(req)`` in the thread pool under a :class:`~samelang.core.work.Budget`: the request's time
-    budget, cancelled when the client disconnects or the server shuts down; the model loops stop at
-    their next check (see :mod:`samelang.core.work`)."""
+    """Run ``fn(req)`` in the thread pool, once admitted (:mod:`.admission`), under a
+    :class:`~samelang.core.work.Budget`: the request's time budget, cancelled when the client disconnects or
+    the server shuts down; the model loops stop at their next check (see :mod:`samelang.core.work`)."""
 
     state = request.app.state
+    ticket = await state.admission.enter(request)  # a turn at model work, a wait in the queue, or a 429 at once
     budget = Budget(state.settings.request_timeout_s)
     state.budgets.add(budget)
     state.metrics.in_progress.inc()
     task = asyncio.ensure_future(run_in_threadpool(budget.run, fn, req))
     task.add_done_callback(lambda t: t.cancelled() or t.exception())  # an abandoned task's end is not an error
+    task.add_done_callback(ticket.release)  # the turn is held until the worker has stopped
     grace = 2.0  # past the deadline, the answer does not wait for a worker stuck between checks
     try:
         while True:

@@ -11,6 +11,22 @@ from contextlib import contextmanager
 from fastapi import FastAPI
 
 
+def draining_server(app: FastAPI, config):
+    """A uvicorn server that, on SIGTERM or SIGINT, first closes the app's admission (nothing more is admitted,
+    the queued requests end at once with a 503), then shuts down as uvicorn does: running requests get the
+    graceful time, then their budgets are cancelled and the model work stops at its next check."""
+    import uvicorn  # deferred: keeps uvicorn out of start-up
+
+    class DrainingServer(uvicorn.Server):
+        def handle_exit(self, sig, frame) -> None:
+            admission = getattr(app.state, "admission", None)
+            if admission is not None:
+                admission.close()
+            super().handle_exit(sig, frame)
+
+    return DrainingServer(config)
+
+
 @contextmanager
 def serve_in_thread(app: FastAPI, host: str = "127.0.0.1", start_timeout: float = 900.0):
     """Serve ``app`` with uvicorn on a free loopback port in a daemon thread; yields its base URL
@@ -23,7 +39,7 @@ def serve_in_thread(app: FastAPI, host: str = "127.0.0.1", start_timeout: float 
     with socket.socket() as s:
         s.bind((host, 0))
         port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on"))
+    server = draining_server(app, uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.time() + start_timeout

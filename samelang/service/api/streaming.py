@@ -45,8 +45,8 @@ class _Worker:
     """``work(req)`` running in the thread pool under its own budget; its items (or the exception
     that ended it, then ``_END``) wait in a queue for the event loop."""
 
-    def __init__(self, request: Request, work: Callable[..., Iterator[tuple[str, object]]], req):
-        self.request, self.state = request, request.app.state
+    def __init__(self, request: Request, work: Callable[..., Iterator[tuple[str, object]]], req, ticket):
+        self.request, self.state, self.ticket = request, request.app.state, ticket
         self.queue: asyncio.Queue = asyncio.Queue()
         self.budget = Budget(self.state.settings.request_timeout_s)
         self.finished = False  # the work ran out (or failed): nothing to cancel
@@ -75,6 +75,7 @@ class _Worker:
     def _done(self, _) -> None:
         self.state.metrics.in_progress.dec()
         self.state.budgets.discard(self.budget)
+        self.ticket.release()
 
     def stop(self, reason: str) -> None:
         if not self.finished:
@@ -112,7 +113,7 @@ class _EventStream(StreamingResponse):
 
 async def stream_events(request: Request, work: Callable[..., Iterator[tuple[str, object]]], req) -> StreamingResponse:
     """Run ``work(req)`` in the thread pool and stream what it yields as server-sent events."""
-    worker = _Worker(request, work, req)
+    worker = _Worker(request, work, req, await request.app.state.admission.enter(request))
     try:
         first = await worker.next_item()
     except asyncio.CancelledError:  # the server is stopping this request

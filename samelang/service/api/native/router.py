@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import anyio
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, HTMLResponse, PlainTextResponse, Response
@@ -89,8 +88,8 @@ def operations() -> APIRouter:
         (``model_id``, ``max_input_length``, ...: those of the served bi-encoder)."""
         loaded = request.app.state.components.info
         memory = {**loaded.get("memory", {}), **memory_now()}
-        threads = anyio.to_thread.current_default_thread_limiter().total_tokens
-        tei = handlers(request).tei.info(int(threads), request.app.version).model_dump()
+        admitted = request.app.state.admission.max_running
+        tei = handlers(request).tei.info(admitted, request.app.version).model_dump()
         return {**tei, **describe(handlers(request).pipeline, request.app.state.settings), **loaded, "memory": memory}
 
     @r.get("/metrics", response_class=PlainTextResponse, responses=responses({401: ERRORS[401]}))

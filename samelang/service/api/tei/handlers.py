@@ -74,8 +74,8 @@ class TeiHandlers:
                 for i in order]  # fmt: skip
 
     def info(self, concurrent: int, version: str) -> T.TeiInfo:
-        """TEI's ``GET /info`` fields for the served bi-encoder (``concurrent``: the thread pool's size,
-        what bounds the model work running at once; ``version``: the app's)."""
+        """TEI's ``GET /info`` fields for the served bi-encoder (``concurrent``: the requests admitted to model
+        work at once, ``--max-concurrent-requests``; ``version``: the app's)."""
         enc = self.pipeline.encoder.unbatched
         o = enc.engine.options
         return T.TeiInfo(

@@ -1,0 +1,169 @@
+"""Admission control: a bound on the requests running model work and on those waiting; past it a 429 at
+once, with Retry-After, in the shape each dialect's clients read; a waiting request whose client left, or a
+server that is closing, takes no turn; /health never waits behind model work."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+
+from samelang.core.work import Cancelled
+from samelang.service.api.admission import Admission, Overloaded, overloaded_body
+from samelang.service.api.prometheus import Metrics
+from tests.service.conftest import make_app, running
+
+
+class _Request:
+    """What :meth:`Admission.enter` reads of a request: its path and whether its client is still there."""
+
+    def __init__(self, path: str = "/search"):
+        self.url = type("U", (), {"path": path})()
+        self.gone = False
+
+    async def is_disconnected(self) -> bool:
+        return self.gone
+
+
+def test_turns_queue_and_overload_in_order():
+    async def scenario():
+        metrics = Metrics()
+        adm = Admission(1, 1, metrics)
+        first = await adm.enter(_Request())
+        waiting = asyncio.ensure_future(adm.enter(_Request()))
+        await asyncio.sleep(0.1)
+        assert not waiting.done() and adm.queued == 1
+        with pytest.raises(Overloaded):  # at once: nothing awaited, nothing queued
+            await adm.enter(_Request("/v1/embeddings"))
+        assert adm.queued == 1 and adm.running == 1
+        assert metrics.rejected.labels("/v1/embeddings")._value.get() == 1
+        first.release()
+        first.release()  # once only
+        second = await asyncio.wait_for(waiting, 1)
+        assert adm.running == 1 and adm.queued == 0
+        # a waiting client that leaves takes no turn
+        leaving = _Request()
+        gone = asyncio.ensure_future(adm.enter(leaving))
+        await asyncio.sleep(0.1)
+        leaving.gone = True
+        with pytest.raises(Cancelled) as e:
+            await asyncio.wait_for(gone, 1)
+        assert e.value.reason == "disconnected"
+        assert adm.queued == 0 and adm.running == 1
+        # closing: the queue empties at once, nothing new comes in
+        closing = asyncio.ensure_future(adm.enter(_Request()))
+        await asyncio.sleep(0.1)
+        adm.close()
+        with pytest.raises(Cancelled, match="shutting down"):
+            await asyncio.wait_for(closing, 1)
+        with pytest.raises(Cancelled, match="shutting down"):
+            await adm.enter(_Request())
+        second.release()
+        assert adm.running == 0
+
+    asyncio.run(scenario())
+
+
+def test_each_dialect_gets_its_own_429_shape():
+    assert overloaded_body("/v1/embeddings", "busy", "r")["error"]["type"] == "overloaded"
+    assert overloaded_body("/v2/rerank", "busy", "r")["message"] == "busy"
+    assert overloaded_body("/embed", "busy", "r") | {} == {"error": "busy", "error_type": "overloaded",
+                                                          "detail": "busy", "request_id": "r"}  # fmt: skip
+    assert overloaded_body("/rerank", "busy", "r")["error_type"] == "overloaded"
+    assert overloaded_body("/search", "busy", "r") == {"error": "overloaded", "detail": "busy", "request_id": "r"}
+
+
+class _SlowEncoder:
+    """The served encoder, 0.6 s slower per query batch (a burst then outlasts the bound on any CPU, even when a
+    busy machine spreads its arrivals), counting the calls and the most that ever ran at once."""
+
+    def __init__(self, encoder):
+        self._encoder, self._lock = encoder, threading.Lock()
+        self.calls = self.now = self.most = 0
+
+    def __getattr__(self, name):
+        return getattr(self._encoder, name)
+
+    def encode_queries(self, texts, progress=False):
+        with self._lock:
+            self.calls, self.now = self.calls + 1, self.now + 1
+            self.most = max(self.most, self.now)
+        time.sleep(0.6)
+        try:
+            return self._encoder.encode_queries(texts, progress)
+        finally:
+            with self._lock:
+                self.now -= 1
+
+
+def test_a_burst_gets_200s_and_429s_that_did_no_model_work_while_health_answers(service_settings, pipeline, encoder):
+    """The timings (every 429 within 50 ms, /health's p99) are the bench's (`samelang bench --section burst`):
+    here, what the bound guarantees whatever the machine's speed."""
+    cfg = service_settings.model_copy(update={"max_concurrent_requests": 2, "max_queued_requests": 3,
+                                              "micro_batching": False})  # fmt: skip
+    slow = _SlowEncoder(encoder)
+    app = make_app(cfg, pipeline, encoder=slow)
+    health: list[int] = []
+    with running(app) as url:
+        stop = threading.Event()
+
+        def poll_health():
+            with httpx.Client(base_url=url, timeout=10) as c:
+                while not stop.is_set():
+                    health.append(c.get("/health").status_code)
+                    time.sleep(0.02)
+
+        clients = [httpx.Client(base_url=url, timeout=60) for _ in range(32)]
+        for c in clients:
+            c.get("/health")
+        start = threading.Barrier(32)
+
+        def search(i):
+            start.wait()
+            return clients[i].post("/search", json={"query": f"Who won the game {i}?", "k": 3})
+
+        poller = threading.Thread(target=poll_health)
+        poller.start()
+        with ThreadPoolExecutor(32) as pool:
+            results = list(pool.map(search, range(32)))
+        stop.set()
+        poller.join()
+        for c in clients:
+            c.close()
+        metrics = httpx.get(f"{url}/metrics").text
+        info = httpx.get(f"{url}/info").json()
+    codes = [r.status_code for r in results]
+    assert set(codes) == {200, 429} and codes.count(200) >= 5, codes
+    assert slow.calls == codes.count(200) and slow.most <= 2  # a 429 did no model work; at most 2 ran at once
+    rejected = [r for r in results if r.status_code == 429]
+    assert all(r.headers["retry-after"] == "1" and r.json()["error"] == "overloaded" for r in rejected)
+    assert health and set(health) == {200}
+    assert f'samelang_rejected_total{{path="/search"}} {float(len(rejected))}' in metrics
+    assert "samelang_queue_depth" in metrics and "samelang_queued_seconds_bucket" in metrics
+    assert info["limits"]["concurrent_requests"] == 2 and info["limits"]["queued_requests"] == 3
+
+
+def test_the_clients_read_their_429(service_settings, pipeline, encoder):
+    """OpenAI's SDK raises its RateLimitError, huggingface_hub's TEI client an HTTP 429, each with the message."""
+    import openai
+    from huggingface_hub import InferenceClient
+    from huggingface_hub.errors import HfHubHTTPError
+
+    cfg = service_settings.model_copy(update={"max_concurrent_requests": 1, "max_queued_requests": 0,
+                                              "micro_batching": False})  # fmt: skip
+    app = make_app(cfg, pipeline, encoder=_SlowEncoder(encoder))
+    with running(app) as url:
+        hold = threading.Thread(target=lambda: httpx.post(f"{url}/search", json={"query": "q"}, timeout=30))
+        hold.start()
+        time.sleep(0.1)  # the one turn is taken
+        with pytest.raises(openai.RateLimitError, match="overloaded"):
+            openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0).embeddings.create(
+                model="m", input=["x"], encoding_format="float")  # fmt: skip
+        with pytest.raises(HfHubHTTPError) as e:
+            InferenceClient(model=url).feature_extraction("x")
+        assert e.value.response.status_code == 429
+        hold.join()
