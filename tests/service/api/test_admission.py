@@ -170,3 +170,56 @@ def test_the_clients_read_their_429(service_settings, pipeline, encoder):
         assert e.value.response.status_code == 429
         held.gate.set()
         hold.join()
+
+
+@pytest.mark.slow  # a real `samelang serve` process, started and stopped (~1 min on 2 cores)
+def test_sigterm_after_a_burst_drains_and_exits(small_index, base_model_path, samelang_home, tmp_path):
+    """Right after a burst (long /diagnose work in flight, searches queued and refused), SIGTERM: nothing more
+    is admitted, every request gets an answer (200, 429 or 503, never a hang), and the process exits within
+    10 s (the issue's bound for an operator's restart)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.service.conftest import free_port
+
+    port = free_port()
+    env = {**os.environ, "SAMELANG_HOME": str(samelang_home), "PYTHONPATH": str(Path(__file__).parents[3])}
+    cmd = [sys.executable, "-m", "samelang", "serve", "--index", str(small_index), "--model", str(base_model_path),
+           "--reranker", "cosine", "--generator", "none", "--port", str(port), "--max-concurrent-requests", "2",
+           "--max-queued-requests", "4", "--no-micro-batching"]  # fmt: skip
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 600  # bounds a start that hangs (ONNX exports on a cold cache)
+        while True:
+            assert proc.poll() is None and time.monotonic() < deadline
+            try:
+                if httpx.get(f"{url}/ready", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(0.5)
+
+        def call(i):
+            body = {"sample": 200, "seed": i} if i < 2 else {"query": f"Who won game {i}?", "k": 3}
+            try:
+                return httpx.post(f"{url}/{'diagnose' if i < 2 else 'search'}", json=body, timeout=30).status_code
+            except httpx.TransportError:
+                return "closed"
+
+        with ThreadPoolExecutor(12) as pool:
+            futures = [pool.submit(call, i) for i in range(12)]
+            time.sleep(0.5)  # the diagnoses run, the searches queue or are refused
+            proc.send_signal(signal.SIGTERM)
+            stopped = time.monotonic()
+            proc.wait(timeout=30)
+            took = time.monotonic() - stopped
+            codes = [f.result(timeout=30) for f in futures]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert took < 10, took
+    assert set(codes) <= {200, 429, 503, "closed"}, codes  # an answer for each, or a connection closed: no hang
