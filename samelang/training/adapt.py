@@ -42,6 +42,7 @@ from samelang.service.registry import model_parts, open_encoder, resolve_model, 
 from samelang.training import adapt_data as D
 from samelang.training.biencoder import BiencoderArgs, train_biencoder
 from samelang.training.data import AlignPair
+from samelang.training.mining import search_ids
 from samelang.training.relevance_first import RankingGroup
 
 GUARD_POINTS = 1.0  # the most an XQuAD dev shape's primary metric may drop
@@ -129,11 +130,11 @@ class Adaptation:
             dev_q = [q for q in D.cloze_queries(docs, trans, dev, self.opts.seed) if q.id.endswith("-cross")]
             self.log(f"{len(docs)} documents, {sum(len(v) for v in trans.values()) // 2} translation links, "
                      f"{len(train_q)} training queries, {len(dev_q)} held-out cross-language queries")  # fmt: skip
-            lists = self._rows(index, D.search_lists(index, self.encoder, self.opts.weight(), train_q, desc="mining"))
+            lists = self._rows(index, search_ids(index, self.encoder, self.opts.weight(), train_q, desc="mining"))
             groups = D.ranking_groups(train_q, lists, docs, trans, self.opts.negatives)
             train_rows = {d.row for d in docs} - dev
             pairs = D.translation_pairs(docs, trans, train_rows)
-            dev_ids = D.search_lists(index, self.encoder, self.opts.weight(), dev_q, desc="dev (before)")
+            dev_ids = search_ids(index, self.encoder, self.opts.weight(), dev_q, desc="dev (before)")
             before = D.dev_metrics(dev_q, self._rows(index, dev_ids), trans)
         finally:
             index.close()
@@ -218,7 +219,7 @@ class Adaptation:
         live_row = {d.id: d.row for d in docs}
         idx = open_index(scratch, enc.info)
         try:
-            ids = D.search_lists(idx, enc, self.opts.weight(), dev_q, desc="dev (after)")
+            ids = search_ids(idx, enc, self.opts.weight(), dev_q, desc="dev (after)")
         finally:
             idx.close()
         after = D.dev_metrics(dev_q, [[live_row[i] for i in row] for row in ids], trans)

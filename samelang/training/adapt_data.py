@@ -9,8 +9,9 @@ retriever's own mistakes on them (``samelang adapt``'s training data).
   cosine threshold, because models differ in where their cosines lie (e5's unrelated pairs sit near 0.8).
 * **Inverse cloze queries** (L_NCE): a sentence of a document, its positive the rest of the document in
   its language and, when the document has a translation, the translation (Lee et al., 2019).
-* **Hard negatives**: each query searched by :meth:`Pipeline.search` over the index itself (the served
-  model and BM25 weight, no reranker); its first hits that are neither its document nor a translation.
+* **Hard negatives**: each query searched by :meth:`Pipeline.search` over the index itself (the served model
+  and BM25 weight, no reranker: :func:`.mining.search_ids`); its first hits that are neither its document nor a
+  translation.
 * A fixed, seeded **held-out slice** of the documents, whose queries only measure (the adaptation's dev).
 """
 
@@ -21,15 +22,8 @@ import re
 from dataclasses import dataclass
 
 import numpy as np
-from tqdm.auto import tqdm
 
-from samelang.core.models.generation import NoGenerator
-from samelang.core.models.reranker import CosineReranker
-from samelang.ground.langid import get_identifier
 from samelang.indexes.index import OpenIndex
-from samelang.service.limits import Limits
-from samelang.service.pipeline import Pipeline
-from samelang.service.results import Defaults, SearchOptions
 from samelang.training.data import AlignPair
 from samelang.training.relevance_first import RankingGroup
 
@@ -146,20 +140,6 @@ def cloze_queries(docs: list[Doc], trans: dict[int, list[int]], rows: set[int], 
         if trans.get(d.row):
             t = by_row[rng.choice(trans[d.row])]
             out.append(ClozeQuery(f"{d.row}-cross", parts[i], d.lang, d.row, t.text, t.row, t.lang))
-    return out
-
-
-def search_lists(index: OpenIndex, encoder, lexical_weight: float, queries: list[ClozeQuery], depth: int = 20,
-                 desc: str = "searching") -> list[list[str]]:  # fmt: skip
-    """The document ids each query's :meth:`Pipeline.search` lists (documents not grouped, no reranker)."""
-    defaults = Defaults(rerank=False, group_candidates=False, lexical_weight=lexical_weight)
-    pipe = Pipeline(encoder, index, CosineReranker(encoder), NoGenerator(), get_identifier(), Limits(),
-                    defaults=defaults)  # fmt: skip
-    qvecs = encoder.encode_queries([q.text for q in queries], progress=True) if queries else []
-    out = []
-    for q, v in zip(tqdm(queries, desc=desc, unit="q"), qvecs, strict=True):
-        res = pipe.search(q.text, SearchOptions(k=depth, lang=q.lang), qvec=np.asarray(v, np.float32)[None])
-        out.append([h.doc.id for h in res.hits])
     return out
 
 

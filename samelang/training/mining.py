@@ -94,15 +94,24 @@ def mine_negatives(
     key_of = {d.id: d.metadata["key"] for d in docs}
     index = open_index(index_dir, encoder.info)
     try:
-        qvecs = encoder.encode_queries([q.text for q in queries], progress=True)
-        defaults = Defaults(rerank=False, group_candidates=False, lexical_weight=retriever.lexical_weight)
-        pipe = Pipeline(encoder, index, CosineReranker(encoder), NoGenerator(), get_identifier(), Limits(),
-                        defaults=defaults)  # fmt: skip
-        out: dict[str, list[str]] = {}
-        for q, v in zip(tqdm(queries, desc="mining", unit="q"), qvecs, strict=True):
-            hits = pipe.search(q.text, SearchOptions(k=depth, lang=q.lang), qvec=np.asarray(v, np.float32)[None])
-            out[q.id] = [h.doc.id for h in hits.hits if key_of[h.doc.id] != q.key]
+        lists = search_ids(index, encoder, retriever.lexical_weight, queries, depth, desc="mining")
+        out = {q.id: [i for i in ids if key_of[i] != q.key] for q, ids in zip(queries, lists, strict=True)}
     finally:
         index.close()
     atomic_write_text(cache, json.dumps(out, ensure_ascii=False))
+    return out
+
+
+def search_ids(index, encoder, lexical_weight: float, queries: Sequence, depth: int = 20,
+               desc: str = "searching") -> list[list[str]]:  # fmt: skip
+    """The document ids :meth:`Pipeline.search` lists for each query (``.text``, ``.lang``) over ``index``: the
+    served path with documents not grouped and no reranker, query vectors encoded in one batch."""
+    defaults = Defaults(rerank=False, group_candidates=False, lexical_weight=lexical_weight)
+    pipe = Pipeline(encoder, index, CosineReranker(encoder), NoGenerator(), get_identifier(), Limits(),
+                    defaults=defaults)  # fmt: skip
+    qvecs = encoder.encode_queries([q.text for q in queries], progress=True) if queries else []
+    out = []
+    for q, v in zip(tqdm(queries, desc=desc, unit="q"), qvecs, strict=True):
+        res = pipe.search(q.text, SearchOptions(k=depth, lang=q.lang), qvec=np.asarray(v, np.float32)[None])
+        out.append([h.doc.id for h in res.hits])
     return out
