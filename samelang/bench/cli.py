@@ -11,7 +11,7 @@ from samelang.bench.run import run
 from samelang.core.settings import settings
 
 SECTIONS = ("build", "scale", "embed", "rerank", "http", "memory", "peers", "stream")
-ON_REQUEST = ("soak", "scale-10m", "milvus", "train")  # run only when named
+ON_REQUEST = ("soak", "scale-10m", "milvus", "train", "burst", "mixed")  # run only when named
 
 
 def bench(
@@ -21,7 +21,7 @@ def bench(
     ),
     section: list[str] = typer.Option(None, help=f"Run only these sections ({', '.join(SECTIONS)}); repeatable."),
     repeats: int = typer.Option(None, help="Timed repetitions per measurement (default 5, --quick 3)."),
-    soak_seconds: float = typer.Option(600, help="Length of the soak section (--section soak), seconds."),
+    soak_seconds: float = typer.Option(600, help="Seconds of --section soak, and of --section mixed per store."),
     out: Path = typer.Option(Path("runs/bench"), envvar="SAMELANG_BENCH_OUT", help="bench.md and the server log."),
     flops_per_cycle: int = typer.Option(
         None, help="fp32 FLOP per cycle per core, for the %-of-peak column (default: 64 with AVX-512, else 32)."

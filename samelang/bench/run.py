@@ -8,7 +8,8 @@ against ``samelang serve`` on localhost), ``build`` (embed and index XQuAD), ``s
 10k-1M vectors grown from real embeddings), ``memory`` (``samelang serve``'s RSS per component, with and without
 the generator), ``peers`` (infinity-emb's engines, :mod:`samelang.bench.peers`), ``stream`` (what a reader of a
 streamed ``/answer`` waits for, :mod:`samelang.bench.stream`); only when asked: ``soak`` (10 minutes of mixed
-traffic), ``scale-10m`` (:mod:`samelang.bench.scale_pq`) and ``train`` (:mod:`samelang.bench.train`).
+traffic), ``burst`` and ``mixed`` (a burst against admission control; a soak with writes, :mod:`.mixed`),
+``scale-10m`` (:mod:`samelang.bench.scale_pq`) and ``train`` (:mod:`samelang.bench.train`).
 ``--tiny`` shrinks every section to a handful of inputs so a test can run each end to end: it measures nothing.
 """
 
@@ -41,6 +42,7 @@ from samelang.bench.common import (
 )
 from samelang.bench.http_load import ServerProcess, format_http_table, free_port, load
 from samelang.bench.milvus import format_milvus_table, run_milvus
+from samelang.bench.mixed import bench_burst, bench_mixed
 from samelang.bench.peers import bench_peers
 from samelang.bench.profile import rerank_profile, search_profile
 from samelang.bench.scale import format_scale_table, run_scale
@@ -337,7 +339,7 @@ def run(cfg: BenchConfig) -> str:
     seeds = None
     plain = {"embed": bench_embed, "rerank": bench_rerank, "http": bench_http, "memory": bench_memory,
              "soak": bench_soak, "stream": bench_stream, "peers": lambda c: bench_peers(c, table),
-             "train": bench_train}  # fmt: skip
+             "train": bench_train, "burst": bench_burst, "mixed": bench_mixed}  # fmt: skip
     on_vectors = {"scale": bench_scale, "milvus": bench_milvus, "scale-10m": bench_scale_pq}  # the build's vectors
     for name in cfg.sections:
         t0 = time.perf_counter()

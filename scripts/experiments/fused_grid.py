@@ -31,7 +31,6 @@ from pathlib import Path
 import numpy as np
 
 from samelang.core.folder import replace_section
-from samelang.core.models.base_model import ensure_base_model
 from samelang.core.models.encoder import Encoder
 from samelang.core.models.fused import FusionConfig, write_calibration
 from samelang.core.settings import settings
@@ -40,12 +39,12 @@ from samelang.evaluation.biencoder import embed_xquad
 from samelang.evaluation.serving_rule import READER_FLOOR
 from samelang.evaluation.shapes import present_versions
 from samelang.indexes.lexical import LexicalIndex
-from samelang.service.registry import REPO_MODELS, open_encoder, resolve_model
+from samelang.service.registry import REPO_MODELS, model_parts, open_encoder
 
 LANGS = list(XQUAD_LANGS)
 
 
-def load(cross: Path):
+def load(same: Path, cross: Path):
     home = settings().home
     docs = [p for x in XQUAD_LANGS for p in load_xquad([x], split="train").paragraphs]
     qs = [q for x in XQUAD_LANGS for q in load_xquad([x], split="train").questions]
@@ -53,7 +52,7 @@ def load(cross: Path):
     keep = np.array([index_of[p.id] for p in docs])
     out = {"doc_lang": np.array([p.lang for p in docs]), "doc_group": np.array([p.group for p in docs]),
            "q_lang": np.array([q.lang for q in qs]), "q_group": np.array([q.group for q in qs])}  # fmt: skip
-    for name, path in (("base", ensure_base_model(home)), ("aligned", cross)):
+    for name, path in (("base", same), ("aligned", cross)):  # "base": the same-language half, whichever model
         enc = Encoder(path, home=home)
         emb = embed_xquad(enc, home / "cache", split="train")
         P = np.concatenate([emb.passages[x] for x in XQUAD_LANGS])[keep]
@@ -136,7 +135,7 @@ def mono(d, S):
 
 def main(folder: Path, write: bool) -> None:
     cfg = FusionConfig.read(folder)
-    d = load(resolve_model(cfg.cross, settings().home))
+    d = load(*model_parts(folder, settings().home))
     groups = sorted(set(d["doc_group"]))
     everything = np.arange(len(d["doc_lang"]))
     pools = {}
