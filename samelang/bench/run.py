@@ -51,6 +51,7 @@ from samelang.bench.soak import format_soak, soak
 from samelang.bench.stream import bench_stream
 from samelang.bench.train import format_train_table, run_train
 from samelang.core.models.encoder import Encoder
+from samelang.core.models.fused import is_fused_folder
 from samelang.core.models.reranker import CrossEncoderReranker
 from samelang.core.paths import PERFORMANCE_DOC
 from samelang.core.runtime.precision import EngineOptions, cpu_has_bf16, resolve
@@ -59,7 +60,15 @@ from samelang.ground.atomic import atomic_dir, atomic_write_text
 from samelang.indexes.generations import IndexNotFound, current_generation
 from samelang.indexes.index import open_index
 from samelang.indexes.writes import build_index
-from samelang.service.registry import default_cross_encoder, default_weights, demo_index_path
+from samelang.service.registry import (
+    REPO_MODELS,
+    default_biencoder,
+    default_cross_encoder,
+    default_weights,
+    demo_index_path,
+    model_parts,
+    open_encoder,
+)
 
 # ------------------------------------------------------------------------------------------ machine
 
@@ -263,36 +272,62 @@ class Built:
     vectors: np.ndarray
 
 
+def build_models(home: Path) -> list[tuple[str, Path]]:
+    """(label, folder) of the bi-encoders whose index builds are timed side by side: the base model (whose
+    vectors seed the scale sections), the served default, and the newest fused pair (two models, an index
+    embedded twice) when the served default is not it: what one encoder saves at build time."""
+    served = default_biencoder(home)
+    pairs = sorted(f for f in REPO_MODELS.iterdir() if is_fused_folder(f) and len(set(model_parts(f, home))) == 2)
+    rows = [("base", Path(default_weights(home))), ("served", served)]
+    if pairs and pairs[-1].resolve() != Path(served).resolve():
+        rows.append(("fused pair", pairs[-1]))
+    return rows
+
+
+def _timed_build(folder: Path, docs: list, source: str, home: Path, tmp: Path):
+    """(encoder, load s, build s, index folder) of one build of ``docs`` with the bi-encoder at ``folder``."""
+    t0 = time.perf_counter()
+    enc = open_encoder(folder, home=home, options=EngineOptions())
+    load_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    build_index(tmp, docs, enc.encode_passages, enc.info, source=source, analyzer=enc.analyzer)
+    return enc, load_s, time.perf_counter() - t0, tmp
+
+
 def bench_build(cfg: BenchConfig) -> Built:
     langs = ["en"] if cfg.tiny else ["en", "zh"] if cfg.quick else list(XQUAD_LANGS)
     # tiny: a slice, so the demo index (all 240 paragraphs per language) is not written from it
     docs = load_xquad(langs, split="test").documents()[:24] if cfg.tiny else load_xquad(langs, split="all").documents()
-    t0 = time.perf_counter()
-    enc = Encoder(default_weights(cfg.home), home=cfg.home, options=EngineOptions())
-    load_s = time.perf_counter() - t0
+    corpus = f"XQuAD {'+'.join(langs) if len(langs) < 12 else 'all 12 languages'}" + (" (slice)" if cfg.tiny else "")
+    source = f"xquad:{','.join(langs)}:all"  # what `samelang serve` builds for its demo index
+    rows, vectors, base_rate = [], None, None
     with tempfile.TemporaryDirectory(prefix="samelang-bench-") as tmp:
-        t0 = time.perf_counter()
-        source = f"xquad:{','.join(langs)}:all"  # what `samelang serve` builds for its demo index
-        build_index(Path(tmp) / "idx", docs, enc.encode_passages, enc.info, source=source, analyzer=enc.analyzer)
-        build_s = time.perf_counter() - t0
-        index = open_index(Path(tmp) / "idx", enc.info)
-        vectors = faiss.downcast_index(index.faiss_index.index).reconstruct_n(0, index.size)  # flat: row = id
-        index.close()
-        demo = demo_index_path(cfg.home, ",".join(langs), enc.fingerprint, enc.cache_tag)
-        try:
-            current_generation(demo)
-        except IndexNotFound:  # the en+zh build is the server's demo index: the http section need not redo it
-            if not cfg.tiny:
-                with atomic_dir(demo) as scratch:
-                    shutil.copytree(Path(tmp) / "idx", scratch, dirs_exist_ok=True)
-    per_doc = build_s / len(docs)
-    rows = [[f"XQuAD {'+'.join(langs) if len(langs) < 12 else 'all 12 languages'}" + (" (slice)" if cfg.tiny else ""),
-             f"{len(docs):,}",
-             f"{build_s:.1f}", f"{len(docs) / build_s:.1f}", f"{per_doc * 2880:.0f}", f"{load_s:.1f}",
-             enc.engine.precision]]  # fmt: skip
-    head = ["corpus", "paragraphs", "build s", "paragraphs/s", "2,880 paragraphs s (projected)", "model load s",
-            "precision"]  # fmt: skip
+        for i, (label, folder) in enumerate(build_models(cfg.home)):
+            enc, load_s, build_s, idx = _timed_build(folder, docs, source, cfg.home, Path(tmp) / f"idx{i}")
+            rate = len(docs) / build_s
+            base_rate = base_rate or rate
+            rows.append([corpus, f"{Path(folder).name} ({label})", f"{len(docs):,}", f"{build_s:.1f}", f"{rate:.1f}",
+                         f"{rate / base_rate:.2f}", f"{build_s / len(docs) * 2880:.0f}", f"{load_s:.1f}",
+                         getattr(enc, "cache_tag", "fp32")])  # fmt: skip
+            if label == "base":
+                index = open_index(idx, enc.info)
+                vectors = faiss.downcast_index(index.faiss_index.index).reconstruct_n(0, index.size)  # flat: row = id
+                index.close()
+                _keep_as_demo(cfg, langs, enc, idx)
+    head = ["corpus", "bi-encoder", "paragraphs", "build s", "paragraphs/s", "x vs base", "2,880 paragraphs s "
+            "(projected)", "model load s", "precision"]  # fmt: skip
     return Built(table(head, rows), np.asarray(vectors, dtype=np.float32))
+
+
+def _keep_as_demo(cfg: BenchConfig, langs: list[str], enc, idx: Path) -> None:
+    """The en+zh build is the server's demo index: the http section need not redo it."""
+    demo = demo_index_path(cfg.home, ",".join(langs), enc.fingerprint, enc.cache_tag)
+    try:
+        current_generation(demo)
+    except IndexNotFound:
+        if not cfg.tiny:
+            with atomic_dir(demo) as scratch:
+                shutil.copytree(idx, scratch, dirs_exist_ok=True)
 
 
 def bench_scale(cfg: BenchConfig, seeds: np.ndarray) -> str:
