@@ -60,7 +60,7 @@ step serve-components env SAMELANG_DEVICE="$DEVICE" SAMELANG_PRECISION="$SERVE_P
   SAMELANG_GENERATOR=none python - <<'PY'
 import statistics, time
 from samelang.service.components import describe, load_components
-from samelang.service.results import SearchOptions
+from samelang.retrieval.options import SearchOptions
 from samelang.service.config import ServiceSettings
 from samelang.corpora import load_xquad
 

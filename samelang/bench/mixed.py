@@ -36,11 +36,11 @@ import numpy as np
 from samelang.bench.common import TINY_LANGS, BenchConfig, serve_command
 from samelang.bench.http_load import ServerProcess, free_port
 from samelang.bench.soak import payloads, rss_mb
+from samelang.core import catalogue as R
 from samelang.corpora import Document, load_xquad
 from samelang.ground.langid import get_identifier
 from samelang.indexes.stores import StoreSpec
 from samelang.indexes.writes import add_documents, delete_documents, export_index
-from samelang.service import registry as R
 from samelang.service.config import ServiceSettings
 
 BURST = 200  # the burst: 200 searches at once

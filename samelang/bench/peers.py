@@ -21,11 +21,11 @@ from pathlib import Path
 
 import numpy as np
 
+from samelang.core.catalogue import default_weights
 from samelang.core.models.encoder import Encoder
 from samelang.core.runtime.precision import EngineOptions, resolve
 from samelang.corpora import load_xquad
 from samelang.indexes.vectors import normalise
-from samelang.service.registry import default_weights
 
 INFINITY = "infinity-emb==0.0.78"
 # what infinity-emb 0.0.78 runs with (found by installing it here): the local CPU torch; an optimum that

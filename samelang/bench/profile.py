@@ -17,9 +17,9 @@ from collections import defaultdict
 from pathlib import Path
 
 from samelang.core.runtime.onnx_export import DISABLED_ORT_OPTIMIZERS
+from samelang.retrieval.options import SearchOptions
 from samelang.service.components import load_components
 from samelang.service.config import ServiceSettings
-from samelang.service.results import SearchOptions
 
 
 def profile_session(model_path: Path, feeds: list[dict], threads: int | None = None) -> list[tuple[str, float, int]]:

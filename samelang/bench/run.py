@@ -50,6 +50,15 @@ from samelang.bench.scale_pq import format_pq_table, run_scale_pq
 from samelang.bench.soak import format_soak, soak
 from samelang.bench.stream import bench_stream
 from samelang.bench.train import format_train_table, run_train
+from samelang.core.catalogue import (
+    REPO_MODELS,
+    default_biencoder,
+    default_cross_encoder,
+    default_weights,
+    demo_index_path,
+    model_parts,
+    open_encoder,
+)
 from samelang.core.models.encoder import Encoder
 from samelang.core.models.fused import is_fused_folder
 from samelang.core.models.reranker import CrossEncoderReranker
@@ -60,15 +69,6 @@ from samelang.ground.atomic import atomic_dir, atomic_write_text
 from samelang.indexes.generations import IndexNotFound, current_generation
 from samelang.indexes.index import open_index
 from samelang.indexes.writes import build_index
-from samelang.service.registry import (
-    REPO_MODELS,
-    default_biencoder,
-    default_cross_encoder,
-    default_weights,
-    demo_index_path,
-    model_parts,
-    open_encoder,
-)
 
 # ------------------------------------------------------------------------------------------ machine
 

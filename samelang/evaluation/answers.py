@@ -24,6 +24,7 @@ import numpy as np
 from pydantic import Field
 from tqdm.auto import tqdm
 
+from samelang.core.catalogue import SERVED_DEFAULTS, default_reader, served_defaults
 from samelang.core.folder import replace_section, write_card_section
 from samelang.core.metrics.answers import answer_f1, exact_match
 from samelang.core.models.reader import ExtractiveReader
@@ -37,7 +38,6 @@ from samelang.evaluation.shapes import ShapeJudge
 from samelang.ground.atomic import atomic_write_text
 from samelang.service.components import Components, load_components
 from samelang.service.config import ServiceSettings
-from samelang.service.registry import SERVED_DEFAULTS, default_reader, served_defaults
 
 ANSWER_SECTION = "## What /answer says (answer F1 per language)"
 MODES = ("extractive", "generative")

@@ -1,10 +1,10 @@
 """``samelang eval bias``: the label-free language-bias audit of ``/diagnose``, run by its own code
-(:func:`samelang.service.diagnosis.diagnose`) on the shape judge's test-article collections (:mod:`.shapes`): the
+(:func:`samelang.retrieval.diagnosis.diagnose`) on the shape judge's test-article collections (:mod:`.shapes`): the
 partial-translation collection users have and the 12-language parallel pool, for the served default
 (``models/serving.json``) beside the base model and the base model + BM25 that wins the parallel pool.
 
 Two query sets per index: **sampled, no labels** (what a user without questions runs: :data:`SAMPLE` queries from the
-index's own documents by :func:`~samelang.service.diagnosis.sample_queries`, seed 0, the same number per language,
+index's own documents by :func:`~samelang.retrieval.diagnosis.sample_queries`, seed 0, the same number per language,
 the source left out of its own list) and **labelled** (the judge's :data:`~.shapes.RERANK_PER_LANG` fixed XQuAD test
 questions per language; relevant = the versions of the gold paragraph the index holds, for Max@R). Per row: the
 mean over query languages of ``JSD(P_q || P_D)`` (bits) and the share of queries whose top 10 holds another
@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import Field
 
+from samelang.core.catalogue import REPO_MODELS
 from samelang.core.folder import replace_section
 from samelang.core.metrics.language_bias import language_bias
 from samelang.core.runtime.precision import cpu_summary
@@ -29,9 +30,8 @@ from samelang.evaluation.common import EvalOptions
 from samelang.evaluation.memo import bootstrap_ci
 from samelang.evaluation.serving_rule import ShapeRow
 from samelang.evaluation.shapes import RERANK_PER_LANG, ShapeJudge
-from samelang.service.diagnosis import BIAS_K, diagnose, live_rows, sample_queries
-from samelang.service.registry import REPO_MODELS
-from samelang.service.results import SearchOptions
+from samelang.retrieval.diagnosis import BIAS_K, diagnose, live_rows, sample_queries
+from samelang.retrieval.options import SearchOptions
 
 SAMPLE = 240  # 20 per language on a 12-language index
 SHAPES = ("partial", "parallel")

@@ -1,6 +1,6 @@
 """Tuning the hybrid retriever's BM25 weight on *train* articles (``samelang eval fusion``).
 
-The hybrid score is :func:`samelang.service.candidates.fuse`: ``cos + w * bm25 / max bm25``. ``w`` is the one
+The hybrid score is :func:`samelang.retrieval.candidates.fuse`: ``cos + w * bm25 / max bm25``. ``w`` is the one
 number of the hybrid retriever, so it is chosen here, never on the test articles that
 ``samelang eval pipeline`` judges with: questions of the XQuAD train articles (for a model trained
 on them, only its held-out dev articles, which it never saw), in all 12 languages, over the pool
@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import Field
 
+from samelang.core.catalogue import BASE, REPO_MODELS
 from samelang.core.folder import read_training_args
 from samelang.core.models.base_model import ensure_base_model
 from samelang.core.models.encoder import Encoder
@@ -29,8 +30,7 @@ from samelang.evaluation.biencoder import embed_xquad
 from samelang.evaluation.common import EvalOptions, Report
 from samelang.ground.atomic import atomic_write_text, cached_array
 from samelang.indexes.lexical import LexicalIndex
-from samelang.service.candidates import fuse
-from samelang.service.registry import BASE, REPO_MODELS
+from samelang.retrieval.candidates import fuse
 
 WEIGHTS = (0.0, 0.02, 0.04, 0.06, 0.08, 0.1, 0.12, 0.15, 0.2, 0.3)
 

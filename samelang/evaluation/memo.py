@@ -16,7 +16,7 @@ from samelang.core.models.reranker import CrossEncoderReranker
 from samelang.core.runtime.precision import EngineOptions
 from samelang.evaluation.reranker import score_identity
 from samelang.ground.atomic import atomic_write_bytes
-from samelang.service.results import SearchOptions
+from samelang.retrieval.options import SearchOptions
 
 SCORE_CACHE_VERSION = "pipeline-scores-v1"  # bump when what a cached score means changes
 
@@ -32,7 +32,7 @@ def bootstrap_ci(values: np.ndarray, n: int = 1000, seed: int = 0) -> tuple[floa
 
 
 def search_p50_ms(pipe, queries: list[str], k: int) -> float:
-    """p50 ms of ``pipe.search`` (a :class:`~samelang.service.pipeline.Pipeline` with the real models:
+    """p50 ms of ``pipe.search`` (a :class:`~samelang.retrieval.pipeline.Pipeline` with the real models:
     nothing looked up), one search at a time over ``queries``, after one warm-up search."""
     pipe.search(queries[0], SearchOptions(k=k))
     times = []

@@ -26,7 +26,7 @@ from samelang.corpora.views import load_views
 from samelang.evaluation.memo import CachedReranker
 from samelang.evaluation.serving_rule import ShapeRow
 from samelang.evaluation.shapes import ShapeJudge, summarise
-from samelang.service.results import SearchOptions
+from samelang.retrieval.options import SearchOptions
 
 OOD_SOURCE = "tydiqa_goldp"  # held out of every training run here (the trainers' --hold-out)
 OOD_PER_LANG = 96  # questions per language (288 for TyDi's ar, en, ru)

@@ -1,6 +1,6 @@
 """End-to-end evaluation of what the service serves (``samelang eval pipeline``): for a held-out XQuAD test question,
 is the first passage the gold paragraph *in the reader's language*? Every row is a
-:class:`samelang.service.pipeline.Pipeline` called as the routes call it (the served row also through a real HTTP
+:class:`samelang.retrieval.pipeline.Pipeline` called as the routes call it (the served row also through a real HTTP
 server), over a real FAISS index of the pool (240 paragraphs x 12 languages); only the models' outputs are memoised,
 keyed so that a stale one is never reused (:mod:`.memo`). Rows: every retriever x reranker (``none``, the
 retriever's own cosine, each cross-encoder) x candidates (the top-20 ``documents`` or ``groups``), plus hybrid rows
@@ -25,6 +25,7 @@ import numpy as np
 from pydantic import Field, model_validator
 from tqdm.auto import tqdm
 
+from samelang.core.catalogue import ALIGNED_BIENCODER, BASE, LAMAR_RERANKER, ensure_demo_index, served_defaults
 from samelang.core.metrics import audit as A
 from samelang.core.models.base_model import ensure_base_model
 from samelang.core.models.encoder import Encoder
@@ -47,12 +48,11 @@ from samelang.evaluation.pipeline_table import (
 )
 from samelang.ground.langid import get_identifier
 from samelang.indexes.index import open_index
+from samelang.retrieval.limits import Limits
+from samelang.retrieval.options import Defaults, SearchOptions
+from samelang.retrieval.pipeline import Pipeline
 from samelang.service.components import Components, load_components
 from samelang.service.config import ServiceSettings
-from samelang.service.limits import Limits
-from samelang.service.pipeline import Pipeline
-from samelang.service.registry import ALIGNED_BIENCODER, BASE, LAMAR_RERANKER, ensure_demo_index, served_defaults
-from samelang.service.results import Defaults, SearchOptions
 
 TOP_K, CANDIDATES, SAMPLE_PER_LANG = 10, 20, 48
 TARGETS = tuple(x for x in XQUAD_LANGS if x != "en")

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from pydantic import Field
 
+from samelang.core.catalogue import default_cross_encoder, default_weights
 from samelang.core.folder import SHIPPED_RECORDS, record_precision, write_card_section
 from samelang.core.models.base_model import BASE_MODEL_NAME
 from samelang.core.models.encoder import Encoder
@@ -30,7 +31,6 @@ from samelang.corpora import load_xquad
 from samelang.evaluation import reranker as ev
 from samelang.evaluation.biencoder import embed_xquad, evaluate
 from samelang.evaluation.common import EvalOptions, Report
-from samelang.service.registry import default_cross_encoder, default_weights
 
 BIENCODER_METRICS = ("max_r_norm", "mono_same_ndcg10")
 RERANKER_METRICS = ("oracle_ndcg_at_1", "mono_same_ndcg10")

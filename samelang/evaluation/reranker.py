@@ -27,6 +27,7 @@ from pydantic import Field
 
 from samelang.core import folder
 from samelang.core import metrics as M
+from samelang.core.catalogue import default_cross_encoder, default_weights
 from samelang.core.folder import EVAL_RESULTS, write_card_section
 from samelang.core.models.base_model import ensure_base_model
 from samelang.core.models.encoder import Encoder
@@ -39,7 +40,6 @@ from samelang.corpora import XQUAD_LANGS, load_xquad
 from samelang.evaluation.biencoder import Embeddings, embed_xquad
 from samelang.evaluation.common import EvalOptions, Report
 from samelang.ground.atomic import atomic_write_text, cached_array
-from samelang.service.registry import default_cross_encoder, default_weights
 
 TOP_K = 20
 

@@ -1,5 +1,5 @@
 """The collection-shape judge (``samelang eval pipeline --shapes``): what the reader gets on every shape of collection
-users have, through :meth:`samelang.service.pipeline.Pipeline.search` (the served rows also over HTTP). Why shapes:
+users have, through :meth:`samelang.retrieval.pipeline.Pipeline.search` (the served rows also over HTTP). Why shapes:
 a default chosen on one shape can collapse another (BM25 wins the 12-language parallel pool but, over a mostly
 English collection with some translations, hides answers written in another language). Each shape is a fixed, seeded
 construction over one split's XQuAD paragraphs (train articles tune and select, test articles report): ``parallel``
@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+from samelang.core.catalogue import open_encoder, resolve_model
 from samelang.core.metrics import audit as A
 from samelang.core.models.generation import NoGenerator
 from samelang.core.models.reranker import CosineReranker
@@ -36,10 +37,9 @@ from samelang.evaluation.serving_rule import PRIMARY, SHAPES, ShapeRow
 from samelang.ground.langid import get_identifier
 from samelang.indexes.index import open_index
 from samelang.indexes.writes import build_index
-from samelang.service.limits import Limits
-from samelang.service.pipeline import Pipeline
-from samelang.service.registry import open_encoder, resolve_model
-from samelang.service.results import Defaults, SearchOptions
+from samelang.retrieval.limits import Limits
+from samelang.retrieval.options import Defaults, SearchOptions
+from samelang.retrieval.pipeline import Pipeline
 
 P_EN, P_OTHER = 0.6, 0.25
 # questions per language a reranked row runs on (1,152 test questions in all: a found@1 near 70% has a 95%

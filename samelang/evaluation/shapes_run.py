@@ -20,6 +20,13 @@ from pathlib import Path
 import httpx
 from tqdm.auto import tqdm
 
+from samelang.core.catalogue import (
+    BASE,
+    REPO_MODELS,
+    SERVED_DEFAULTS,
+    shipped_biencoders,
+    shipped_cross_encoders,
+)
 from samelang.core.folder import replace_section
 from samelang.core.runtime.precision import cpu_summary
 from samelang.corpora import dev_articles
@@ -39,13 +46,6 @@ from samelang.evaluation.shapes import ShapeJudge, summarise
 from samelang.ground.atomic import atomic_write_text
 from samelang.service.components import Components, load_components
 from samelang.service.config import ServiceSettings
-from samelang.service.registry import (
-    BASE,
-    REPO_MODELS,
-    SERVED_DEFAULTS,
-    shipped_biencoders,
-    shipped_cross_encoders,
-)
 
 DEV_ARTICLES = 3  # the trainers' default --dev-n-articles: the train articles no model here trains on
 # BM25 weights the shipped bi-encoders' hybrid rows run with (the fused grid's range,

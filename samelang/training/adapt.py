@@ -27,6 +27,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from samelang.core import folder
+from samelang.core.catalogue import model_parts, open_encoder, resolve_model, served_defaults
 from samelang.core.models.fused import FusionConfig, is_fused_folder, write_calibration
 from samelang.core.settings import default_home
 from samelang.corpora import dev_articles
@@ -38,7 +39,6 @@ from samelang.ground.atomic import atomic_write_text
 from samelang.indexes.index import open_index
 from samelang.indexes.reembed import reembed_index
 from samelang.indexes.writes import build_index
-from samelang.service.registry import model_parts, open_encoder, resolve_model, served_defaults
 from samelang.training import adapt_data as D
 from samelang.training.biencoder import BiencoderArgs, train_biencoder
 from samelang.training.data import AlignPair

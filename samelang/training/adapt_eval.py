@@ -16,6 +16,7 @@ from pathlib import Path
 
 from pydantic import Field
 
+from samelang.core.catalogue import served_defaults
 from samelang.core.paths import EVALUATION_DOC
 from samelang.corpora.store import CorporaOption
 from samelang.evaluation.common import EvalOptions, Report
@@ -23,7 +24,6 @@ from samelang.evaluation.ood import OutOfDomain, ood_table
 from samelang.evaluation.serving_rule import ShapeRow
 from samelang.evaluation.shapes import ShapeJudge
 from samelang.ground.atomic import atomic_write_text
-from samelang.service.registry import served_defaults
 from samelang.training.adapt import Adaptation, AdaptOptions
 
 SECTION = "## Adapting to a collection (`samelang eval adapt`)"

@@ -19,6 +19,7 @@ import numpy as np
 from pydantic import Field
 from tqdm import tqdm
 
+from samelang.core.catalogue import resolve_model
 from samelang.core.models.encoder import Encoder
 from samelang.core.runtime.engine import EngineOptions
 from samelang.core.settings import settings
@@ -26,7 +27,6 @@ from samelang.corpora.views import CONTAMINATION_FILE, Views, load_views
 from samelang.corpora.xquad import XQUAD_LANGS, load_xquad
 from samelang.evaluation.biencoder import embed_xquad
 from samelang.ground.atomic import atomic_write_text, cached_array
-from samelang.service.registry import resolve_model
 from samelang.training.corpus import DataOptions
 
 START_THRESHOLD = 0.85

@@ -4,7 +4,7 @@ over a training collection without group labels, and its first wrong passages ke
 Why: the passages a ranking model must learn to put below the answer are the ones the served retriever
 puts above it. Measured on a user-shaped collection, a wrong passage in the reader's own language came
 first in 54% of the misses: random or same-article negatives do not show a model that confusion.
-The search is :meth:`~samelang.service.pipeline.Pipeline.search` with the served retriever and BM25
+The search is :meth:`~samelang.retrieval.pipeline.Pipeline.search` with the served retriever and BM25
 weight, documents not grouped (each version its own hit), no reranker. Results are cached on disk
 under the retriever's fingerprint and the collection's and queries' identity.
 """
@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+from samelang.core.catalogue import open_encoder, resolve_model, served_defaults, served_fingerprint
 from samelang.core.models.generation import NoGenerator
 from samelang.core.models.reranker import CosineReranker
 from samelang.corpora.records import Document
@@ -27,10 +28,9 @@ from samelang.ground.atomic import atomic_write_text
 from samelang.ground.langid import get_identifier
 from samelang.indexes.index import open_index
 from samelang.indexes.writes import build_index
-from samelang.service.limits import Limits
-from samelang.service.pipeline import Pipeline
-from samelang.service.registry import open_encoder, resolve_model, served_defaults, served_fingerprint
-from samelang.service.results import Defaults, SearchOptions
+from samelang.retrieval.limits import Limits
+from samelang.retrieval.options import Defaults, SearchOptions
+from samelang.retrieval.pipeline import Pipeline
 
 MINING_VERSION = "mining-v1"  # bump when what a cached list means changes
 

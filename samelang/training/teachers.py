@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from samelang.core import folder
+from samelang.core.catalogue import open_encoder, served_fingerprint
 from samelang.core.models.base_model import ensure_base_model
 from samelang.core.models.encoder import Encoder
 from samelang.core.models.fused import is_fused_folder, query_moments
@@ -19,7 +20,6 @@ from samelang.core.models.reranker import CrossEncoderReranker
 from samelang.core.paths import REPO_MODELS
 from samelang.core.runtime.precision import EngineOptions
 from samelang.ground.atomic import cached_array
-from samelang.service.registry import open_encoder, served_fingerprint
 from samelang.training.reranker_data import DistillInstance
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from samelang.core.catalogue import REPO_MODELS, model_parts, open_encoder
 from samelang.core.folder import replace_section
 from samelang.core.models.encoder import Encoder
 from samelang.core.models.fused import FusionConfig, write_calibration
@@ -39,7 +40,6 @@ from samelang.evaluation.biencoder import embed_xquad
 from samelang.evaluation.serving_rule import READER_FLOOR
 from samelang.evaluation.shapes import present_versions
 from samelang.indexes.lexical import LexicalIndex
-from samelang.service.registry import REPO_MODELS, model_parts, open_encoder
 
 LANGS = list(XQUAD_LANGS)
 

@@ -4,7 +4,7 @@ on the same weights dequantised to fp32 (round 1's server). Same prompts, same g
 Sample: 12 questions per language (144) from the TRAIN articles of XQuAD's fixed split (seeded, so
 the sample is the same every run; the test articles are never read), each asked over its gold
 paragraph in the question's language (what a reader-language /answer puts first), with the
-prompt the service builds (``samelang.service.prompts.build_prompt``). Metric: the answer contains a gold
+prompt the service builds (``samelang.retrieval.prompts.build_prompt``). Metric: the answer contains a gold
 answer string (case-folded): a small base model's answers are short spans, so containment is
 what "it answered" means here; plus how often both runtimes say exactly the same thing, seconds
 per answer (median) and the process's resident-set growth while each loads and answers.
@@ -27,8 +27,8 @@ from samelang.core.models.gemma_checkpoint import prepare_generator
 from samelang.core.models.generation import LlamaCppGenerator, join_answer, until_stop
 from samelang.core.resources import rss_mb
 from samelang.corpora import load_xquad
+from samelang.retrieval.prompts import build_prompt
 from samelang.service.config import ServiceSettings
-from samelang.service.prompts import build_prompt
 
 
 def sample(per_lang: int, seed: int = 17):

@@ -24,11 +24,11 @@ from pathlib import Path
 
 import numpy as np
 
+from samelang.core.catalogue import default_biencoder
 from samelang.core.models.encoder import Encoder
 from samelang.core.runtime.precision import EngineOptions, cpu_flags
 from samelang.corpora import load_xquad
 from samelang.service.config import ServiceSettings
-from samelang.service.registry import default_biencoder
 
 
 def sample(per_lang: int = 20, seed: int = 5):

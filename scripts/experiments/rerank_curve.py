@@ -22,6 +22,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from samelang.core.catalogue import resolve_model, served_defaults
 from samelang.core.folder import replace_section
 from samelang.core.models.reranker import CrossEncoderReranker
 from samelang.core.runtime.precision import EngineOptions, cpu_flags, cpu_summary
@@ -31,7 +32,6 @@ from samelang.evaluation.memo import search_p50_ms
 from samelang.evaluation.serving_rule import ShapeRow
 from samelang.evaluation.shapes import ShapeJudge
 from samelang.evaluation.shapes_run import DEV_ARTICLES
-from samelang.service.registry import resolve_model, served_defaults
 
 KS = (5, 10, 20)
 SECTION = "## Speed against quality (dev articles)"

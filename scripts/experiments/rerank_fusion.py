@@ -28,15 +28,15 @@ from pathlib import Path
 
 import numpy as np
 
+from samelang.core.catalogue import REPO_MODELS
 from samelang.core.folder import replace_section
 from samelang.core.settings import settings
 from samelang.corpora import dev_articles
 from samelang.evaluation.serving_rule import PRIMARY, ShapeRow
 from samelang.evaluation.shapes import ShapeJudge, score_lists
 from samelang.evaluation.shapes_run import DEV_ARTICLES
-from samelang.service.pipeline import fuse_scores
-from samelang.service.registry import REPO_MODELS
-from samelang.service.results import SearchOptions
+from samelang.retrieval.options import SearchOptions
+from samelang.retrieval.pipeline import fuse_scores
 
 COLUMNS = [("parallel", "ndcg_at_1"), ("partial", "found_at_1"), ("partial", "reader_at_1"),
            ("partial", "cross_at_1"), ("one", "found_at_1"), ("mono", "ndcg_at_10")]  # fmt: skip

@@ -10,7 +10,7 @@ Scores per (question, paragraph), all from the base multilingual-e5-small:
 - ``maxsim``: the best cosine with one of the paragraph's sentences (split on sentence punctuation;
   Thai on spaces; pieces under 25 characters merged into the previous one);
 - ``group``: the mean of ``a*dense + (1-a)*maxsim`` over the paragraph's 12 language versions;
-- ``bm25``: the served lexical half, fused as :func:`samelang.service.candidates.fuse`.
+- ``bm25``: the served lexical half, fused as :func:`samelang.retrieval.candidates.fuse`.
 
 ``score = fuse(a*dense + (1-a)*maxsim + b*group, bm25, w)``; the table prints reader-gold nDCG@1
 (the argmax is the gold paragraph in the question's language) per language. This is an
@@ -31,7 +31,7 @@ from samelang.evaluation.biencoder import embed_xquad
 from samelang.evaluation.fusion import FusionEvalOptions, FusionTuning, tuning_articles
 from samelang.ground.atomic import cached_array
 from samelang.indexes.lexical import LexicalIndex
-from samelang.service.candidates import fuse
+from samelang.retrieval.candidates import fuse
 
 SPLIT = re.compile(r"(?<=[.!?。！？؟।])\s+|(?<=[。！？])")
 GRID = [(1.0, 0.0, 0.0), (1.0, 0.0, 0.08), (0.5, 0.0, 0.0), (0.5, 0.0, 0.04), (0.3, 0.0, 0.08),

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 from samelang.core import folder
+from samelang.core.catalogue import ALIGNED_BIENCODER, LAMAR_RERANKER
 from samelang.core.runtime.precision import EngineOptions, cpu_class, precision_device, resolve
-from samelang.service.registry import ALIGNED_BIENCODER, LAMAR_RERANKER
 
 EVAL = "## Evaluation (XQuAD test articles)"
 

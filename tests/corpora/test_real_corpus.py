@@ -55,9 +55,9 @@ def test_no_passage_comes_from_an_xquad_article(views):
 
 def test_no_kept_passage_is_over_the_calibrated_threshold(store, views, samelang_home):
     """Every passage the filter flagged is out, and a sample of kept ones, embedded again, is under it."""
+    from samelang.core.catalogue import resolve_model
     from samelang.core.models.encoder import Encoder  # deferred: the model only for this test
     from samelang.evaluation.biencoder import embed_xquad
-    from samelang.service.registry import resolve_model
 
     c = read_contamination(store)
     cal = c["calibration"]

@@ -95,8 +95,8 @@ def test_score_cache_scores_each_pair_once_and_survives_a_restart(tmp_path):
 
 
 def test_served_defaults_file_drives_the_service(tmp_path, monkeypatch):
+    from samelang.core import catalogue
     from samelang.evaluation import serving_rule as S
-    from samelang.service import registry
     from samelang.service.config import ServiceSettings
 
     def results(*rows):
@@ -111,27 +111,27 @@ def test_served_defaults_file_drives_the_service(tmp_path, monkeypatch):
     assert data["served"] == {"retriever": "base", "reranker": "none", "candidates": "groups",
                               "rerank_k": 20, "lexical_weight": 0.0, "rerank_fusion": 0.0}  # fmt: skip
     assert data["chosen"] == row.name and data["test"][row.name]["partial"] == 90.0 and "rule" in data
-    monkeypatch.setattr(registry, "SERVED_DEFAULTS", path)
-    monkeypatch.setattr(registry.served_defaults, "__defaults__", (path,))
+    monkeypatch.setattr(catalogue, "SERVED_DEFAULTS", path)
+    monkeypatch.setattr(catalogue.served_defaults, "__defaults__", (path,))
     d = ServiceSettings().pipeline_defaults()
     assert (d.rerank, d.rerank_k, d.group_candidates, d.lexical_weight) == (False, 20, True, 0.0)
     # a reranked row (a hand-written file: the shape judge serves none today) reranks by default
     path.write_text(json.dumps({"served": {"retriever": "base", "reranker": "lamar-e5-small", "candidates": "groups"}}))
     assert ServiceSettings().pipeline_defaults().rerank is True
-    assert registry.default_reranker(None) == registry.LAMAR_RERANKER
+    assert catalogue.default_reranker(None) == catalogue.LAMAR_RERANKER
     assert ServiceSettings(rerank=False, group_candidates=False).pipeline_defaults().rerank is False
     # an explicit --reranker turns reranking on unless --no-rerank says otherwise
     path.write_text(json.dumps({"served": {"retriever": "base", "reranker": "none", "candidates": "documents"}}))
     assert ServiceSettings().pipeline_defaults().rerank is False
     assert ServiceSettings(reranker="cosine").pipeline_defaults().rerank is True
-    assert registry.default_reranker(None) is None and registry.default_reranker("cosine") is None
+    assert catalogue.default_reranker(None) is None and catalogue.default_reranker("cosine") is None
     assert ServiceSettings().pipeline_defaults().lexical_weight == 0.0  # a file from before hybrid rows: dense
     # a hybrid row: its BM25 weight is served, and --lexical-weight / SAMELANG_LEXICAL_WEIGHT override it
     hybrid = S.ShapeRow("e5-small-fused", 0.04)
     S.write_serving(path, hybrid, results(hybrid), results(hybrid), {hybrid: {"mean": 90.0, "below_base": []}}, "c")
     assert json.loads(path.read_text())["served"]["lexical_weight"] == 0.04
     assert ServiceSettings().pipeline_defaults().lexical_weight == 0.04
-    assert registry.default_biencoder(ServiceSettings().home) == registry.REPO_MODELS / "e5-small-fused"
+    assert catalogue.default_biencoder(ServiceSettings().home) == catalogue.REPO_MODELS / "e5-small-fused"
     assert ServiceSettings(lexical_weight=0).pipeline_defaults().lexical_weight == 0
     monkeypatch.setenv("SAMELANG_LEXICAL_WEIGHT", "0.2")
     assert ServiceSettings().pipeline_defaults().lexical_weight == 0.2
@@ -202,9 +202,9 @@ def test_eval_pipeline_command_end_to_end(tmp_path, samelang_home):
 
 
 def test_fusion_weights_are_tuned_on_articles_the_model_never_saw(tmp_path, base_model_path):
+    from samelang.core.catalogue import ALIGNED_BIENCODER
     from samelang.corpora import dev_articles, load_split
     from samelang.evaluation import fusion
-    from samelang.service.registry import ALIGNED_BIENCODER
 
     test = set(load_split()["test_articles"])
     articles, why = fusion.tuning_articles(base_model_path)  # never trained on XQuAD: every train article

@@ -9,12 +9,12 @@ import json
 import numpy as np
 import pytest
 
+from samelang.core.catalogue import shipped_cross_encoders
 from samelang.core.metrics.audit import LabelledQuery
 from samelang.core.paths import REPO_MODELS
 from samelang.corpora import XQUAD_LANGS, load_xquad
 from samelang.evaluation import shapes as S
 from samelang.evaluation import shapes_run as SR
-from samelang.service.registry import shipped_cross_encoders
 
 
 def _groups(split="all"):
@@ -127,7 +127,7 @@ def test_the_tiny_judge_runs_every_shape_and_http_gives_the_pipelines_numbers(ti
 def test_every_shipped_retriever_is_a_row_with_the_weight_it_is_served_with():
     """The judge rows the base model, each shipped bi-encoder (dense and hybrid) and each fused
     retriever at the BM25 weight its ``fused.json`` was tuned with; a cross-encoder is no row."""
-    from samelang.service.registry import shipped_biencoders
+    from samelang.core.catalogue import shipped_biencoders
 
     rows = SR.default_rows({"base": 0.08})
     names = {r.retriever for r in rows}

@@ -17,7 +17,7 @@ from samelang.indexes.generations import AnalyzerMismatch, read_index_manifest
 from samelang.indexes.index import open_index
 from samelang.indexes.lexical import K1, B, LexicalIndex
 from samelang.indexes.writes import add_documents, build_index
-from samelang.service.candidates import best_rows
+from samelang.retrieval.candidates import best_rows
 
 
 def words(text: str) -> list[str]:

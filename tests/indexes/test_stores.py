@@ -52,8 +52,8 @@ def pipeline_over(path, encoder):
     from samelang.core.models.generation import NoGenerator
     from samelang.core.models.reranker import CosineReranker
     from samelang.ground.langid import get_identifier
-    from samelang.service.limits import Limits
-    from samelang.service.pipeline import Pipeline
+    from samelang.retrieval.limits import Limits
+    from samelang.retrieval.pipeline import Pipeline
 
     return Pipeline(encoder, open_index(path, encoder.info), CosineReranker(encoder), NoGenerator(), get_identifier(),
                     Limits())  # fmt: skip
@@ -61,7 +61,7 @@ def pipeline_over(path, encoder):
 
 @pytest.mark.parametrize("kind", STORES)
 def test_hits_language_filter_and_groups(built, encoder, xquad, kind):
-    from samelang.service.results import SearchOptions
+    from samelang.retrieval.options import SearchOptions
 
     pipe = pipeline_over(built[kind], encoder)
     assert pipe.index.manifest["store"]["kind"] == kind and pipe.index.size == 240
@@ -280,8 +280,8 @@ def _served_without(path, encoder, docs, gone):
     """What a server gives over an index with deleted documents: hybrid, group-aware /search never shows
     them, and /diagnose's pool is the documents left."""
     from samelang.core.metrics.audit import LabelledQuery
-    from samelang.service.diagnosis import diagnose
-    from samelang.service.results import SearchOptions
+    from samelang.retrieval.diagnosis import diagnose
+    from samelang.retrieval.options import SearchOptions
 
     pipe = pipeline_over(path, encoder)
     hits = pipe.search(docs[3].text[:300], SearchOptions(k=25, lexical_weight=0.3)).hits

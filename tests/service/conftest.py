@@ -40,8 +40,8 @@ def xquad_test_index(tmp_path_factory, encoder):
 def pipeline(encoder, xquad_test_index):
     from samelang.core.models.generation import NoGenerator
     from samelang.core.models.reranker import CosineReranker
-    from samelang.service.limits import Limits
-    from samelang.service.pipeline import Pipeline
+    from samelang.retrieval.limits import Limits
+    from samelang.retrieval.pipeline import Pipeline
 
     index = open_index(xquad_test_index, encoder.info)
     return Pipeline(

@@ -97,7 +97,7 @@ def test_a_generation_embedded_again_by_an_adapted_model_brings_it_into_the_serv
         assert app.state.handlers.pipeline.encoder.info.fingerprint == new.info.fingerprint
         hits = c.post("/search", json={"query": docs[3].text[:200], "k": 1}).json()["hits"]
         assert hits[0]["id"] == docs[3].id
-    from samelang.service.registry import adapted_model
+    from samelang.core.catalogue import adapted_model
 
     assert adapted_model(out, base_model_path, samelang_home) == adapted  # a restarted server serves it too
     assert adapted_model(out, adapted, samelang_home) == adapted

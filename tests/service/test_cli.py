@@ -17,8 +17,8 @@ import httpx
 import pytest
 
 from samelang.bench.http_load import ServerProcess, free_port
+from samelang.core.catalogue import default_reader
 from samelang.corpora import load_xquad
-from samelang.service.registry import default_reader
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -112,8 +112,8 @@ def test_the_service_commands_do_not_import_training_or_torch():
                           env=env, cwd=REPO, capture_output=True, text=True, timeout=120)  # fmt: skip
     assert proc.returncode == 0 and "--generator" in proc.stdout, proc.stderr[-2000:]
     imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time")}
-    heavy = {"torch", "faiss", "numpy", "samelang.training", "samelang.bench", "samelang.service.pipeline"}
-    assert "samelang.service.cli" in imported and not imported & heavy, sorted(imported)[:50]
+    heavy = {"torch", "faiss", "numpy", "samelang.training", "samelang.bench", "samelang.retrieval.pipeline"}
+    assert "samelang.service.serve" in imported and not imported & heavy, sorted(imported)[:50]
     full = subprocess.run([sys.executable, "-m", "samelang", "--help"], env=env, cwd=REPO, capture_output=True,
                           text=True, timeout=120)  # fmt: skip
     assert full.returncode == 0 and all(c in full.stdout for c in ("serve", "index", "train", "eval", "bench"))

@@ -37,9 +37,9 @@ def index12(tmp_path_factory, encoder):
 def pipe12(encoder, index12):
     from samelang.core.models.generation import NoGenerator
     from samelang.core.models.reranker import CosineReranker
-    from samelang.service.limits import Limits
-    from samelang.service.pipeline import Pipeline
-    from samelang.service.results import Defaults
+    from samelang.retrieval.limits import Limits
+    from samelang.retrieval.options import Defaults
+    from samelang.retrieval.pipeline import Pipeline
 
     limits = Limits(max_rerank_documents=20, max_document_chars=5000)
     return Pipeline(encoder, index12, CosineReranker(encoder), NoGenerator(), get_identifier(), limits,
@@ -93,7 +93,7 @@ def test_language_preference_list_and_any(client12):
 
 
 def test_a_corpus_without_groups_behaves_as_before(tmp_path, encoder, pipe12):
-    from samelang.service.results import SearchOptions
+    from samelang.retrieval.options import SearchOptions
 
     out = tmp_path / "nogroups"
     build_index(out, _docs(grouped=False), encoder.encode_passages, encoder.info)
@@ -149,7 +149,7 @@ def _exact_fused(encoder, index, query: str, weight: float):
     """The hybrid score of every document, computed apart from the pipeline: the query's cosine with
     each stored vector plus ``weight`` x its BM25 over the query's best BM25."""
     from samelang.indexes.vectors import normalise
-    from samelang.service.candidates import fuse
+    from samelang.retrieval.candidates import fuse
 
     q = normalise(encoder.encode_queries([query]))[0]
     cos = index.vectors(list(range(index.size))) @ q
@@ -192,8 +192,8 @@ def test_a_bad_lexical_weight_is_a_422_naming_the_field(client12, weight):
 
 
 def test_hybrid_over_an_index_without_its_lexical_half_names_the_fix(tmp_path, encoder, pipe12):
-    from samelang.service.errors import BadRequest
-    from samelang.service.results import SearchOptions
+    from samelang.retrieval.errors import BadRequest
+    from samelang.retrieval.options import SearchOptions
 
     out = tmp_path / "dense-only"
     build_index(out, _docs()[:24], encoder.encode_passages, encoder.info)
@@ -210,7 +210,7 @@ def test_a_hybrid_default_over_an_index_without_its_lexical_half_serves_dense(tm
     said in the components); only a request that asks for hybrid explicitly is refused."""
     from dataclasses import replace
 
-    from samelang.service.results import SearchOptions
+    from samelang.retrieval.options import SearchOptions
 
     out = tmp_path / "old"
     build_index(out, _docs()[:24], encoder.encode_passages, encoder.info)
@@ -227,8 +227,8 @@ def test_hybrid_with_a_language_filter_and_without_stored_vectors_is_still_exact
     BM25; an index that cannot give vectors back (GPU copy, IVF) has the missing cosines embedded
     again. Either way the hits are the exact top of the fused score."""
     from samelang.indexes.vectors import normalise
-    from samelang.service.candidates import fuse
-    from samelang.service.results import SearchOptions
+    from samelang.retrieval.candidates import fuse
+    from samelang.retrieval.options import SearchOptions
 
     q = _question("th")
     allowed = np.isin(pipe12.doc_langs, ["en", "de"])
@@ -278,7 +278,7 @@ def _hit(doc_id: str, text: str):
     ],
 )
 def test_citations(answer, cited):
-    from samelang.service.prompts import citations
+    from samelang.retrieval.prompts import citations
 
     hits = [
         _hit("a", "The first director was Henry Cole, in London."),
@@ -292,8 +292,8 @@ def test_a_fused_rerank_orders_by_both_z_scores(encoder, index12, pipe12):
     (0: the reranker's; a large w: nearly the retriever's), and that is the score each hit carries."""
     from dataclasses import replace
 
-    from samelang.service.pipeline import fuse_scores
-    from samelang.service.results import SearchOptions
+    from samelang.retrieval.options import SearchOptions
+    from samelang.retrieval.pipeline import fuse_scores
 
     class Reversed:  # a reranker that disagrees with the retriever as much as it can
         name, kind = "reversed", "test"

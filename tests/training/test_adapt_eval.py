@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from samelang.core.catalogue import served_defaults
 from samelang.evaluation.serving_rule import ShapeRow
-from samelang.service.registry import served_defaults
 from samelang.training.adapt_eval import SECTION, guard_lines, rows_for, write_section
 
 

@@ -11,11 +11,11 @@ import pytest
 import torch
 from safetensors.numpy import load_file
 
+from samelang.core.catalogue import REPO_MODELS
 from samelang.core.models.base_model import ensure_base_model
 from samelang.core.models.reader import ExtractiveReader, Span, best_spans, read_reader_config
 from samelang.core.runtime.precision import EngineOptions
 from samelang.corpora import dev_articles
-from samelang.service.registry import REPO_MODELS
 from samelang.training.reader import calibrate, windows
 from samelang.training.reader_data import ReadingExample, build_reading_examples, dev_questions
 

@@ -84,7 +84,7 @@ def joined_tag(tags: list[str]) -> str:
 
 class FusedEncoder:
     """Two bi-encoders as one: vectors are ``[same; cross] / sqrt(2)`` (each half unit-normalised),
-    so an index built with it holds both models' vectors; :class:`~samelang.service.pipeline.Pipeline`
+    so an index built with it holds both models' vectors; :class:`~samelang.retrieval.pipeline.Pipeline`
     reads :attr:`fusion` to score with each half (see the module docstring)."""
 
     def __init__(self, path: Path, same, cross, config: FusionConfig):

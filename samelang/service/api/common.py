@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from samelang.service.errors import BadRequest
-from samelang.service.pipeline import Pipeline
+from samelang.retrieval.errors import BadRequest
+from samelang.retrieval.pipeline import Pipeline
 
 
 def ranked(pipeline: Pipeline, query: str, docs: list, top_n: int | None) -> list[tuple[int, float, str | None]]:

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from samelang.retrieval.pipeline import Pipeline
 from samelang.service.api.native.handlers import NativeHandlers
 from samelang.service.api.openai.handlers import OpenAIHandlers
 from samelang.service.api.tei.handlers import TeiHandlers
-from samelang.service.pipeline import Pipeline
 
 
 @dataclass(frozen=True)

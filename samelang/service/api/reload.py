@@ -12,10 +12,10 @@ import threading
 from fastapi import FastAPI
 from fastapi.concurrency import run_in_threadpool
 
+from samelang.core import catalogue
 from samelang.core.models.reranker import CosineReranker
 from samelang.indexes.generations import live_identity, read_index_manifest
 from samelang.indexes.index import OpenIndex, open_index
-from samelang.service import registry
 from samelang.service.api.dialects import Dialects
 from samelang.service.components import Components
 
@@ -70,7 +70,7 @@ def adapted_encoder(app: FastAPI, manifest: dict):
     if not note.get("model") or want == served or note.get("from") != served:
         return None
     cfg = app.state.settings
-    encoder = registry.open_encoder(note["model"], device=cfg.torch_device(), home=cfg.home,
+    encoder = catalogue.open_encoder(note["model"], device=cfg.torch_device(), home=cfg.home,
                                     options=cfg.engine_options())  # fmt: skip
     if encoder.info.fingerprint != want:
         raise ValueError(f"{note['model']} is not the model the index's live generation was embedded with")

@@ -18,7 +18,7 @@ ARTICLES = (2, 5)  # two held-out test articles
 
 @pytest.fixture(scope="module")
 def fused(samelang_home, base_model_path):
-    from samelang.service.registry import REPO_MODELS, open_encoder
+    from samelang.core.catalogue import REPO_MODELS, open_encoder
 
     return open_encoder(REPO_MODELS / "e5-small-fused", home=samelang_home)
 
@@ -36,16 +36,16 @@ def unlabelled(tmp_path_factory, fused):
 def _pipeline(fused, index, **defaults):
     from samelang.core.models.generation import NoGenerator
     from samelang.core.models.reranker import CosineReranker
-    from samelang.service.limits import Limits
-    from samelang.service.pipeline import Pipeline
-    from samelang.service.results import Defaults
+    from samelang.retrieval.limits import Limits
+    from samelang.retrieval.options import Defaults
+    from samelang.retrieval.pipeline import Pipeline
 
     return Pipeline(fused, index, CosineReranker(fused), NoGenerator(), get_identifier(), Limits(),
                     defaults=Defaults(**defaults))  # fmt: skip
 
 
 def pipe_opts(**kw):
-    from samelang.service.results import SearchOptions
+    from samelang.retrieval.options import SearchOptions
 
     return SearchOptions(**kw)
 
@@ -125,8 +125,8 @@ def test_one_model_in_both_roles_is_loaded_and_run_once(tmp_path, samelang_home,
     """A fused retriever whose two parts name the same model (an encoder that puts relevance before
     language, with the fusion's BM25, language offset and translation inference): one encoder fills both
     halves, each text encoded once, and the vectors are those of two identical halves."""
+    from samelang.core.catalogue import open_encoder
     from samelang.core.models.fused import FusionConfig
-    from samelang.service.registry import open_encoder
 
     FusionConfig(same="base", cross="base").write(tmp_path / "one")
     one = open_encoder(tmp_path / "one", home=samelang_home)

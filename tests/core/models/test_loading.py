@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import logging
 
+from samelang.core.catalogue import LAMAR_RERANKER
 from samelang.core.models import loading
-from samelang.service.registry import LAMAR_RERANKER
 
 REPORT = (
     "BertForSequenceClassification LOAD REPORT from: /x\n"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from samelang.service import registry as R
+from samelang.core import catalogue as R
 
 EN = "The Rhine flows from the Swiss Alps through Germany to the North Sea."
 DE = "Der Rhein fließt von den Schweizer Alpen durch Deutschland in die Nordsee."
@@ -62,7 +62,7 @@ def test_the_lamar_reranker_scores_a_relevant_pair_above_irrelevant_ones(samelan
 def test_an_int8_encoder_gets_its_own_demo_index(samelang_home):
     """An index holds passage vectors of one precision variant: switching precision builds another
     index rather than mixing int8 queries with fp32 passages depending on what ran first."""
-    from samelang.service.registry import demo_index_path
+    from samelang.core.catalogue import demo_index_path
 
     fp32 = demo_index_path(samelang_home, "en,zh", "f" * 64)
     assert demo_index_path(samelang_home, "en,zh", "f" * 64, "fp32") == fp32
@@ -72,7 +72,7 @@ def test_an_int8_encoder_gets_its_own_demo_index(samelang_home):
 def test_each_milvus_gets_its_own_demo_index(samelang_home, tmp_path, monkeypatch):
     """The demo index in Milvus names its collection at one URI: another ``--uri`` is another folder (a
     relative milvus-lite path counts as the file it names)."""
-    from samelang.service.registry import demo_index_path
+    from samelang.core.catalogue import demo_index_path
 
     monkeypatch.chdir(tmp_path)
     fp32 = demo_index_path(samelang_home, "en,zh", "f" * 64)

@@ -68,8 +68,8 @@ def test_embeddings_match_fp32_within_the_recorded_tolerance(
 
 @pytest.fixture(scope="module")
 def lamar_reference(samelang_home):
+    from samelang.core.catalogue import LAMAR_RERANKER
     from samelang.core.models.reranker import load_cross_encoder
-    from samelang.service.registry import LAMAR_RERANKER
 
     ce = load_cross_encoder(LAMAR_RERANKER, home=samelang_home)
     query = "What is the capital of Germany?"
@@ -79,8 +79,8 @@ def lamar_reference(samelang_home):
 
 @pytest.mark.parametrize(("precision", "backend"), MODES)
 def test_reranker_scores_match_fp32_within_the_recorded_tolerance(samelang_home, lamar_reference, precision, backend):
+    from samelang.core.catalogue import LAMAR_RERANKER
     from samelang.core.models.reranker import CrossEncoderReranker
-    from samelang.service.registry import LAMAR_RERANKER
 
     pairs, ref = lamar_reference
     rr = CrossEncoderReranker(LAMAR_RERANKER, home=samelang_home, options=EngineOptions(precision, backend))
@@ -128,10 +128,10 @@ def _refuse_to_load(*args, **kwargs):
 def test_a_finished_export_serves_without_the_torch_weights(base_model_path, samelang_home, monkeypatch):
     """The export folder is self-contained (graph, external weights, tokenizer, model.json): an
     engine over it never loads the checkpoint, and embeds exactly as the one that exported it."""
+    from samelang.core.catalogue import LAMAR_RERANKER
     from samelang.core.models import encoder as E
     from samelang.core.models import reranker as R
     from samelang.core.runtime.onnx_export import onnx_path
-    from samelang.service.registry import LAMAR_RERANKER
 
     first = E.Encoder(base_model_path, home=samelang_home, options=EngineOptions("fp32", "onnx"))
     want = first.encode_passages(TEXTS)

@@ -58,7 +58,7 @@ def test_an_index_built_by_another_model_is_refused(service_settings, cross_enco
 
 
 def test_reranker_choice(tmp_path):
-    from samelang.service.registry import REPO_MODELS, default_reranker, served_defaults
+    from samelang.core.catalogue import REPO_MODELS, default_reranker, served_defaults
 
     assert default_reranker("cosine") is None and default_reranker("Cosine") is None
     assert default_reranker(str(tmp_path)) == tmp_path and default_reranker(tmp_path) == tmp_path
@@ -72,10 +72,10 @@ def test_the_shipped_lamar_reranker_serves_rerank(service_settings):
     """``--reranker models/lamar-e5-small``: among a document and its translation the reader's
     language comes first, both above an unrelated one; giving it turns reranking on for /search.
     ``--reranker cosine`` selects the bi-encoder fallback."""
+    from samelang.core.catalogue import LAMAR_RERANKER
     from samelang.core.folder import recorded_precision
     from samelang.core.runtime.precision import precision_device
     from samelang.service.api.app import create_app
-    from samelang.service.registry import LAMAR_RERANKER
 
     query = "维多利亚和阿尔伯特博物馆在哪里？"  # zh: where is the V&A museum?
     docs = ["The V&A museum is in London.", "维多利亚和阿尔伯特博物馆位于伦敦。", "Paris est en France."]

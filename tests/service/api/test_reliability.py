@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from samelang.corpora import load_xquad
-from samelang.service.limits import Limits
+from samelang.retrieval.limits import Limits
 from tests.service.conftest import make_app, running
 
 

@@ -10,14 +10,15 @@ from collections.abc import Iterator
 from pydantic import BaseModel
 
 from samelang.core.metrics.audit import LabelledQuery
+from samelang.retrieval.diagnosis import dataset_queries, diagnose, sample_queries
+from samelang.retrieval.errors import BadRequest
+from samelang.retrieval.hits import Answered, Hit, Ranked
+from samelang.retrieval.options import SearchOptions
+from samelang.retrieval.pipeline import Pipeline
+from samelang.retrieval.prompts import citations
+from samelang.retrieval.reading import EXTRACTIVE
 from samelang.service.api.common import ranked
 from samelang.service.api.native import protocol as P
-from samelang.service.diagnosis import dataset_queries, diagnose, sample_queries
-from samelang.service.errors import BadRequest
-from samelang.service.pipeline import Pipeline
-from samelang.service.prompts import citations
-from samelang.service.reading import EXTRACTIVE
-from samelang.service.results import Answered, Hit, Ranked, SearchOptions
 
 
 def _components(pipeline: Pipeline, ranked: Ranked | None = None) -> P.Components:

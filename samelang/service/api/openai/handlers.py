@@ -8,10 +8,10 @@ import base64
 from pathlib import Path
 
 from samelang.indexes.vectors import normalise
+from samelang.retrieval.errors import BadRequest
+from samelang.retrieval.pipeline import Pipeline
 from samelang.service.api.common import check_inputs, check_model, ranked
 from samelang.service.api.openai import protocol as C
-from samelang.service.errors import BadRequest
-from samelang.service.pipeline import Pipeline
 
 
 class OpenAIHandlers:

@@ -8,10 +8,10 @@ import numpy as np
 
 from samelang.core.models.reranker import BI_ENCODER_COSINE
 from samelang.indexes.vectors import normalise
+from samelang.retrieval.errors import BadRequest
+from samelang.retrieval.pipeline import Pipeline
 from samelang.service.api.common import check_inputs
 from samelang.service.api.tei import protocol as T
-from samelang.service.errors import BadRequest
-from samelang.service.pipeline import Pipeline
 
 
 class TeiHandlers:

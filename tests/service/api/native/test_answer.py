@@ -184,7 +184,7 @@ def test_prompt_fits_the_generator_context(gemma):
     # a small context: three passages do not fit, the last ones are dropped; a lone passage too long is cut
     from types import SimpleNamespace
 
-    from samelang.service.prompts import fit_prompt
+    from samelang.retrieval.prompts import fit_prompt
 
     small = LlamaCppGenerator(gemma.path, n_ctx=256)
     paragraphs = [p for p in load_xquad(["en"], split="test").paragraphs][:3]
@@ -206,7 +206,7 @@ def test_prompt_fits_the_generator_context(gemma):
 
 def test_the_same_prompt_gets_the_same_answer_whatever_came_before(gemma):
     # llama.cpp's reuse of the previous request's cache changed these two answers when a prompt came twice
-    from samelang.service.prompts import build_prompt
+    from samelang.retrieval.prompts import build_prompt
 
     en = {p.group: p.text for p in load_xquad(["en"], split="test").paragraphs}
     for lang in ("en", "zh"):

@@ -8,8 +8,9 @@ import httpx
 import pytest
 
 from samelang.core.models.reader import ExtractiveReader, Span
-from samelang.service.reading import in_reader_language, read
-from samelang.service.results import Defaults, Hit, Ranked, Version
+from samelang.retrieval.hits import Hit, Ranked, Version
+from samelang.retrieval.options import Defaults
+from samelang.retrieval.reading import in_reader_language, read
 from tests.service.api.native.test_streaming import read_stream
 from tests.service.conftest import make_app, running
 

@@ -84,8 +84,8 @@ def test_info_carries_teis_fields_beside_ours(client, encoder):
 @pytest.fixture(scope="module")
 def lamar(service_settings):
     """A server whose reranker is the shipped LAMAR cross-encoder (sigmoid scores, logits under them)."""
+    from samelang.core.catalogue import LAMAR_RERANKER
     from samelang.service.api.app import create_app
-    from samelang.service.registry import LAMAR_RERANKER
 
     cfg = service_settings.model_copy(update={"reranker": str(LAMAR_RERANKER)})
     with running(create_app(cfg)) as url, httpx.Client(base_url=url, timeout=120) as c:

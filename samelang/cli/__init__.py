@@ -14,7 +14,8 @@ import sys
 
 import typer
 
-from samelang.service.cli import index_app, models_app, serve
+from samelang.cli.operations import index_app, models_app
+from samelang.service.serve import serve
 
 SERVICE_COMMANDS = ("serve", "index", "models")
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from samelang.service.results import READER, Answered, Hit, Ranked, SearchOptions, Version
+from samelang.retrieval.hits import Answered, Hit, Ranked, Version
+from samelang.retrieval.options import READER, SearchOptions
 
 EXTRACTIVE, GENERATIVE = "extractive", "generative"
 ANSWER_MODES = (EXTRACTIVE, GENERATIVE)

@@ -1,7 +1,7 @@
 """Candidate generation: the best rows for a query (dense, hybrid with BM25, or the fused
 retriever's score), then the hits a reranker sees (documents, or one version per group of
 translations). A query's BM25 is scored once (:class:`LexicalQuery`) and every fusion with it is
-:func:`fuse`; :class:`~samelang.service.pipeline.Pipeline` orchestrates search, rerank and answer
+:func:`fuse`; :class:`~samelang.retrieval.pipeline.Pipeline` orchestrates search, rerank and answer
 over this.
 
 Group-aware candidates. An index may hold several language versions of one document (documents
@@ -23,9 +23,10 @@ from samelang.core.models.fused import query_moments
 from samelang.core.models.protocols import TextEncoder
 from samelang.indexes.index import OpenIndex
 from samelang.indexes.vectors import normalise
-from samelang.service.errors import BadRequest
-from samelang.service.results import ANY, READER, Hit, SearchParams, Version
-from samelang.service.translations import infer_translation_groups
+from samelang.retrieval.errors import BadRequest
+from samelang.retrieval.hits import Hit, Version
+from samelang.retrieval.options import ANY, READER, SearchParams
+from samelang.retrieval.translations import infer_translation_groups
 
 INFERRED = "inferred"  # the key of a translation group inferred by a fused retriever
 

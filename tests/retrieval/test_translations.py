@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from samelang.service.translations import infer_translation_groups
+from samelang.retrieval.translations import infer_translation_groups
 
 
 def _unit(*rows):

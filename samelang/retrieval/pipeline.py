@@ -16,19 +16,13 @@ from samelang.core.models.generation import GeneratorRefused, GeneratorUnavailab
 from samelang.core.models.protocols import Reranker, TextEncoder
 from samelang.ground.langid import LanguageIdentifier
 from samelang.indexes.index import OpenIndex
-from samelang.service.candidates import Candidates, RowRetriever, preference
-from samelang.service.errors import AnswerUnavailable, BadRequest
-from samelang.service.limits import Limits
-from samelang.service.prompts import fit_prompt
-from samelang.service.reading import EXTRACTIVE, extract, prepare_extract, read
-from samelang.service.results import (
-    Answered,
-    Defaults,
-    Hit,
-    Ranked,
-    SearchOptions,
-    SearchParams,
-)
+from samelang.retrieval.candidates import Candidates, RowRetriever, preference
+from samelang.retrieval.errors import AnswerUnavailable, BadRequest
+from samelang.retrieval.hits import Answered, Hit, Ranked
+from samelang.retrieval.limits import Limits
+from samelang.retrieval.options import Defaults, SearchOptions, SearchParams
+from samelang.retrieval.prompts import fit_prompt
+from samelang.retrieval.reading import EXTRACTIVE, extract, prepare_extract, read
 
 # Below this detector confidence a *detected* query language does not choose a group's version: the
 # retriever's best version does. On the XQuAD train questions (9,792, 12 languages) 57% of the wrong

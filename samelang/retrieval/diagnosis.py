@@ -17,9 +17,9 @@ from samelang.core import metrics as M
 from samelang.core import work
 from samelang.core.metrics import audit as A
 from samelang.core.metrics.language_bias import language_bias
-from samelang.service.errors import BadRequest
-from samelang.service.pipeline import Pipeline
-from samelang.service.results import SearchOptions
+from samelang.retrieval.errors import BadRequest
+from samelang.retrieval.options import SearchOptions
+from samelang.retrieval.pipeline import Pipeline
 
 MAX_DIAGNOSE_DEPTH = 10000
 BIAS_K = 10  # the top-k whose languages are audited (what a reader looks at)

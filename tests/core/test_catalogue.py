@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from samelang.service import registry
+from samelang.core import catalogue
 
 
 def test_only_finished_rerankers_are_shipped(tmp_path, monkeypatch):
@@ -21,5 +21,5 @@ def test_only_finished_rerankers_are_shipped(tmp_path, monkeypatch):
     adapter("lamar", stage=2)
     adapter("older")  # no training_args.json: an older finished run
     adapter("biencoder", head=False)  # a bi-encoder adapter saves no head
-    monkeypatch.setattr(registry, "REPO_MODELS", tmp_path)
-    assert [p.name for p in registry.shipped_cross_encoders()] == ["lamar", "older"]
+    monkeypatch.setattr(catalogue, "REPO_MODELS", tmp_path)
+    assert [p.name for p in catalogue.shipped_cross_encoders()] == ["lamar", "older"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from samelang.service.candidates import LexicalQuery, best_rows, fuse
+from samelang.retrieval.candidates import LexicalQuery, best_rows, fuse
 
 
 def test_fusion_is_the_cosine_plus_the_weighted_normalised_bm25():

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from difflib import SequenceMatcher
 
-from samelang.service.errors import BadRequest
-from samelang.service.results import Hit
+from samelang.retrieval.errors import BadRequest
+from samelang.retrieval.hits import Hit
 
 
 def fit_prompt(generator, query: str, cited: list, max_tokens: int) -> tuple[list, str]:
