@@ -172,6 +172,34 @@ def test_imports_go_one_way(layer):
     assert not wrong, f"{layer} imports upward: {wrong}"
 
 
+DIALECTS = ("samelang.service.api.native", "samelang.service.api.openai", "samelang.service.api.tei")
+
+
+def test_no_dialect_imports_another():
+    """Each dialect of the HTTP API (its router, protocol and handlers) stands on the neutral base
+    (``api/shared.py``, ``fields.py``, ``routing.py``, ``common.py``) and the retrieval engine, never on another
+    dialect: a route two dialects share (``/rerank``) is composed above both."""
+    wrong = {}
+    for module, targets in import_graph(ROOT, "samelang").items():
+        own = next((d for d in DIALECTS if module == d or module.startswith(d + ".")), None)
+        if own is not None:
+            bad = {t for t in targets if any(t == d or t.startswith(d + ".") for d in DIALECTS if d != own)}
+            if bad:
+                wrong[module] = sorted(bad)
+    assert not wrong, f"dialects import each other: {wrong}"
+
+
+def test_the_retrieval_floor_knows_no_http():
+    """The engine every dialect calls holds no HTTP types: nothing of fastapi, starlette or the service."""
+    wrong = {}
+    for module, path in _modules(ROOT, "samelang").items():
+        if module.startswith("samelang.retrieval"):
+            bad = {n for n, _, _ in _imports(module, path) if n.split(".")[0] in ("fastapi", "starlette", "uvicorn")}
+            if bad:
+                wrong[module] = sorted(bad)
+    assert not wrong, wrong
+
+
 def test_indexes_read_no_training_corpus():
     """``indexes/`` holds index code: of the corpora it imports only what building an index needs (the
     records, a user's JSONL, the text checks), never a training corpus reader."""

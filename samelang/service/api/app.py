@@ -24,6 +24,7 @@ from samelang.service.api.native.router import router as native_router
 from samelang.service.api.openai.router import router as openai_router
 from samelang.service.api.prometheus import Metrics, MetricsMiddleware
 from samelang.service.api.reload import watch_index
+from samelang.service.api.rerank import router as rerank_router
 from samelang.service.api.tei.router import router as tei_router
 from samelang.service.components import Components, load_components, micro_batching
 from samelang.service.config import ServiceSettings
@@ -100,7 +101,7 @@ def create_app(cfg: ServiceSettings, components: Components | None = None) -> Fa
     app.state.admission = Admission(cfg.max_concurrent_requests, cfg.max_queued_requests, app.state.metrics)
     app.openapi = _openapi_with_limits(app, cfg)
     errors.install(app)
-    for dialect in (native_router, openai_router, tei_router):
+    for dialect in (native_router, rerank_router, openai_router, tei_router):  # /rerank: both bodies
         app.include_router(dialect())
     app.mount("/audit/assets", StaticFiles(directory=STATIC), name="audit-assets")
     app.add_middleware(

@@ -14,7 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from samelang.core.work import Cancelled
 from samelang.retrieval.errors import AnswerUnavailable, BadRequest
 from samelang.service.api.admission import Overloaded, overloaded_body, retry_after
-from samelang.service.api.native.handlers import cited
+from samelang.service.api.shared import cited
 
 log = logging.getLogger("samelang")
 CLIENT_CLOSED = 499  # nginx's "client closed request": counted apart from server errors

@@ -11,7 +11,7 @@ from fastapi.concurrency import run_in_threadpool
 
 from samelang.core.work import Budget, Cancelled
 from samelang.service.api.dialects import Dialects
-from samelang.service.api.native.protocol import ErrorResponse
+from samelang.service.api.shared import ErrorResponse
 
 ERRORS = {
     400: "malformed JSON or a body that is not UTF-8",

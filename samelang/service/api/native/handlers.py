@@ -12,13 +12,14 @@ from pydantic import BaseModel
 from samelang.core.metrics.audit import LabelledQuery
 from samelang.retrieval.diagnosis import dataset_queries, diagnose, sample_queries
 from samelang.retrieval.errors import BadRequest
-from samelang.retrieval.hits import Answered, Hit, Ranked
+from samelang.retrieval.hits import Answered, Ranked
 from samelang.retrieval.options import SearchOptions
 from samelang.retrieval.pipeline import Pipeline
 from samelang.retrieval.prompts import citations
 from samelang.retrieval.reading import EXTRACTIVE
 from samelang.service.api.common import ranked
 from samelang.service.api.native import protocol as P
+from samelang.service.api.shared import cited, versions_of
 
 
 def _components(pipeline: Pipeline, ranked: Ranked | None = None) -> P.Components:
@@ -30,19 +31,6 @@ def _components(pipeline: Pipeline, ranked: Ranked | None = None) -> P.Component
     return P.Components(
         retriever=c["retriever"], reranker=c["reranker"], candidates=c["candidates"], lexical_weight=c["lexical_weight"]
     )
-
-
-def _versions(h: Hit) -> list[P.Version]:
-    return [P.Version(id=v.id, lang=v.lang) for v in h.versions]
-
-
-def cited(hits: list[Hit]) -> list[P.CitedPassage]:
-    return [
-        P.CitedPassage(
-            id=h.doc.id, lang=h.doc.lang, group=h.doc.group, score=h.score, text=h.doc.text, versions=_versions(h)
-        )  # fmt: skip
-        for h in hits
-    ]
 
 
 class NativeHandlers:
@@ -75,7 +63,7 @@ class NativeHandlers:
                 group=h.doc.group,
                 text=h.doc.text,
                 metadata=h.doc.metadata,
-                versions=_versions(h),
+                versions=versions_of(h),
             )  # fmt: skip
             for h in r.hits
         ]

@@ -21,6 +21,7 @@ from samelang.service.api.fields import (
     Text,
     text_or,
 )
+from samelang.service.api.shared import CitedPassage, Version
 
 
 def _preference(v: str | list[str]) -> str | tuple[str, ...]:
@@ -68,11 +69,6 @@ class SearchRequest(_Retrieval):
         None, min_length=1, max_length=100, description="restrict to these document languages"
     )
     rerank_k: Int | None = Field(None, ge=1, le=100, description="candidates reranked (default: the server's)")
-
-
-class Version(BaseModel):
-    id: str
-    lang: str | None
 
 
 class Hit(BaseModel):
@@ -167,15 +163,6 @@ class AnswerRequest(_Retrieval):
         if self.rerank_k is not None and self.rerank_k > self.k:
             raise ValueError(f"rerank_k ({self.rerank_k}) must be <= k ({self.k})")
         return self
-
-
-class CitedPassage(BaseModel):
-    id: str
-    lang: str | None
-    group: str | None
-    score: float
-    text: str
-    versions: list[Version] = []
 
 
 class AnswerResponse(BaseModel):
@@ -326,10 +313,3 @@ class DiagnoseResponse(BaseModel):
     per_query_lang: dict[str, Aggregate]
     top1_lang_matrix: dict[str, dict[str, float]]
     queries: list[QueryDiagnosis]
-
-
-class ErrorResponse(BaseModel):
-    error: str
-    detail: str
-    request_id: str | None = None
-    passages: list[CitedPassage] | None = None

@@ -1,6 +1,5 @@
 """samelang's own routes: thin, each awaits its handler (:mod:`.handlers`) in the thread pool under
-the request's budget. ``POST /rerank`` also takes TEI's body (``texts``), answered by TEI's handler,
-because every TEI client posts to ``{url}/rerank``."""
+the request's budget. ``POST /rerank``, which takes TEI's body too, is :mod:`samelang.service.api.rerank`'s."""
 
 from __future__ import annotations
 
@@ -15,7 +14,6 @@ from samelang.service.api.native import protocol as P
 from samelang.service.api.reload import reload_index
 from samelang.service.api.routing import ERRORS, WORK_ERRORS, bounded, handlers, responses
 from samelang.service.api.streaming import stream_events
-from samelang.service.api.tei import protocol as T
 from samelang.service.components import describe
 
 STATIC = Path(__file__).parents[1] / "static"
@@ -38,14 +36,6 @@ def router() -> APIRouter:
     @r.post("/search", response_model=P.SearchResponse, responses=responses(WORK_ERRORS))
     async def search(req: P.SearchRequest, request: Request):
         return await bounded(request, handlers(request).native.search, req)
-
-    @r.post("/rerank", response_model=P.RerankResponse | list[T.Rank], responses=responses(WORK_ERRORS))
-    async def rerank(req: T.AnyRerankRequest, request: Request):
-        """The served reranker's scores. A body with ``documents`` is samelang's (``RerankRequest``);
-        one with ``texts`` is text-embeddings-inference's (``TeiRerankRequest``: a list of
-        ``{index, score, text?}`` comes back, best first), so TEI's clients work unchanged."""
-        h = handlers(request)
-        return await bounded(request, h.tei.rerank if isinstance(req, T.TeiRerankRequest) else h.native.rerank, req)
 
     @r.post("/answer", response_model=P.AnswerResponse, responses={**responses(ANSWER_ERRORS), **STREAM})
     async def answer(req: P.AnswerRequest, request: Request):

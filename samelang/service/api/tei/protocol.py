@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Discriminator, Field, Tag, field_validator
+from pydantic import BaseModel, Field, field_validator
 
 from samelang.service.api.fields import (
     MAX_DOCUMENT_CHARS,
@@ -27,7 +27,6 @@ from samelang.service.api.fields import (
     Text,
     token_ids,
 )
-from samelang.service.api.native.protocol import RerankRequest
 
 Direction = Literal["right", "Right"]  # TEI also cuts on the left; the engines here cut on the right only
 
@@ -100,18 +99,6 @@ class TeiRerankRequest(StrictModel):
         False, description="false (TEI's default): a pair over the reranker's window is a 422; true: it is cut"
     )
     truncation_direction: Direction = Field("right", description="only 'right' (the engines cut on the right)")
-
-
-def _rerank_body(v) -> str:
-    """Which ``POST /rerank`` body this is: TEI's has ``texts``, samelang's ``documents``."""
-    return "tei" if isinstance(v, dict) and "texts" in v else "samelang"
-
-
-# the tag never shows in an error's field name (errors._field drops it): "texts[2]", not "tei.texts[2]"
-AnyRerankRequest = Annotated[
-    Annotated[RerankRequest, Tag("samelang")] | Annotated[TeiRerankRequest, Tag("tei")],
-    Discriminator(_rerank_body),
-]
 
 
 class Rank(BaseModel):
