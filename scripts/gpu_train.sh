@@ -6,6 +6,8 @@
 #   2. the fused retriever over it: calibration, then the knobs chosen on the train-article shapes;
 #   2b. bi-encoder v4: v3's terms, the training corpus, and relevance before language (a query against its
 #      answer in another language and the served retriever's wrong passages in its own; TyDi QA held out);
+#   2c. the fused retrievers over v4 (beside the base model, and v4 alone in both roles), then LAMAR v4: the
+#      v3 chain below with relevance before language in every stage, mined by the v4 fused retriever;
 #   3. the reranker's relevance stage on the training corpus (TyDi QA held out: the judge's
 #      out-of-domain shape), 2,400 steps;
 #   4. LAMAR v3 (seed 002): stage 1 distils the relevance model's English score into every language
@@ -42,6 +44,21 @@ samelang data info > "$OUT/data-info.md"  # fails, naming the import command, wi
 step biencoder-v4 samelang train biencoder --out models/e5-small-aligned-v4 --per-lang 0 --target-queries \
   --hard-negatives --corpus --corpus-batch 8 --relevance-first --relevance-batch 16 --relevance-negatives 3 \
   --hold-out tydiqa_goldp --lora-dropout 0 --max-steps 600 --schedule-steps 600 "${GPU[@]}"
+for fused in e5-small-fused-v4 e5-small-fused-v4-single; do  # v4 beside the base model, and v4 alone
+  step "$fused-calibrate" python scripts/experiments/fused_grid.py --fused "models/$fused" --calibrate
+  step "$fused-grid" python scripts/experiments/fused_grid.py --fused "models/$fused" --write
+done
+# LAMAR v4: the v3 chain with relevance before language in every stage, mined by the v4 fused retriever
+step relevance-v4 samelang train reranker --stage 0 --out models/lamar-e5-small-v4-relevance --relevance-first \
+  --mine-with e5-small-fused-v4 --hold-out tydiqa_goldp --batch-size 8 \
+  --negatives-per-query 4 --max-steps 2400 "${GPU[@]}"
+step lamar-v4-stage1 samelang train reranker --stage 1 --out models/lamar-e5-small-v4-stage1 --relevance-first \
+  --mine-with e5-small-fused-v4 --hold-out tydiqa_goldp --init models/lamar-e5-small-v4-relevance \
+  --teacher models/lamar-e5-small-v4-relevance \
+  --negatives e5-small-fused-v4 --n-sampled 3 --rounds 2 "${GPU[@]}"
+step lamar-v4-stage2 samelang train reranker --stage 2 --init models/lamar-e5-small-v4-stage1 --relevance-first \
+  --mine-with e5-small-fused-v4 --hold-out tydiqa_goldp --out models/lamar-e5-small-v4 \
+  --negatives e5-small-fused-v4 --repeats 2 --ict-groups 800 "${GPU[@]}"
 step relevance samelang train reranker --stage 0 --out models/lamar-e5-small-v3-relevance \
   --hold-out tydiqa_goldp --batch-size 8 --negatives-per-query 4 --max-steps 2400 "${GPU[@]}"
 step lamar-v3-stage1 samelang train reranker --stage 1 --out models/lamar-e5-small-v3-stage1 \
