@@ -51,6 +51,7 @@ RSS_GROWTH_PCT = 10.0
 MIXED_LIMITS = (8, 8)  # (running, queued) for the mixed soak: 32 clients overflow it, so 429s are exercised
 MIX = (("search", 6), ("search_rerank", 1), ("rerank", 1), ("answer", 1), ("diagnose", 1), ("openai_embed", 1),
        ("tei_embed", 1), ("tei_rerank", 1))  # fmt: skip
+LABEL = {"search_rerank": " (reranked)", "tei_rerank": " (TEI body)"}
 ROUTE = {"search_rerank": "/search", "openai_embed": "/v1/embeddings", "tei_embed": "/embed", "tei_rerank": "/rerank"}
 
 
@@ -145,15 +146,16 @@ def bench_burst(cfg: BenchConfig) -> str:
 
 
 # ------------------------------------------------------------------------------------------ mixed soak
-def mixed_payloads(index_langs: tuple[str, ...]) -> dict[str, list[dict]]:
-    """The soak's requests (:func:`samelang.bench.soak.payloads`) and the OpenAI and TEI routes'."""
+def mixed_payloads(index_langs: tuple[str, ...], model: str) -> dict[str, list[dict]]:
+    """The soak's requests (:func:`samelang.bench.soak.payloads`) and the OpenAI and TEI routes', as their
+    clients send them: OpenAI's names the served ``model``; TEI's rerank asks for long texts to be cut."""
     data = payloads(index_langs)
     queries = [b["query"] for b in data["search"]]
     paras = [d for b in data["rerank"] for d in b["documents"]]
-    data["openai_embed"] = [{"model": "samelang", "input": queries[i : i + 4]} for i in range(0, 120, 4)]
+    data["openai_embed"] = [{"model": model, "input": queries[i : i + 4]} for i in range(0, 120, 4)]
     data["tei_embed"] = [{"inputs": queries[i : i + 4]} for i in range(0, 120, 4)]
-    data["tei_rerank"] = [{"query": q, "texts": paras[(7 * i) % 100 : (7 * i) % 100 + 6]} for i, q in
-                          enumerate(queries[:40])]  # fmt: skip
+    data["tei_rerank"] = [{"query": q, "texts": paras[(7 * i) % 100 : (7 * i) % 100 + 6], "truncate": True}
+                          for i, q in enumerate(queries[:40])]  # fmt: skip
     return data
 
 
@@ -197,7 +199,8 @@ class Writer:
 
 
 async def _traffic(url: str, pid: int, seconds: float, concurrency: int, index_langs, seed: int) -> dict:
-    rng, data = random.Random(seed), mixed_payloads(index_langs)
+    model = httpx.get(f"{url}/v1/models", timeout=30).raise_for_status().json()["data"][0]["id"]
+    rng, data = random.Random(seed), mixed_payloads(index_langs, model)
     kinds = [k for k, w in MIX for _ in range(w)]
     stats = {k: {"requests": 0, "ok": [], "rejected": [], "errors": []} for k, _ in MIX}
     rss: list[tuple[float, float]] = []
@@ -292,6 +295,11 @@ class MilvusServer:
         self._log.close()
 
 
+def mixed_load(cfg: BenchConfig) -> tuple[int, float]:
+    """(concurrent clients, seconds between writes): the issue's 32 and every few seconds; tiny: 4 and 1."""
+    return (4, 1.0) if cfg.tiny else (32, 5.0)
+
+
 def mixed_run(cfg: BenchConfig, store: str, seconds: float) -> dict:
     """One soak over a private copy of the demo index in ``store`` (``faiss`` or ``milvus``)."""
     langs = TINY_LANGS if cfg.tiny else "en,zh"
@@ -310,12 +318,12 @@ def mixed_run(cfg: BenchConfig, store: str, seconds: float) -> dict:
         cmd = serve_command(cfg, port) + ["--index", str(folder / "index"), "--max-concurrent-requests",
                                           str(running), "--max-queued-requests", str(queued)]  # fmt: skip
         env = {**os.environ, **({"SAMELANG_HOME": str(cfg.home)} if cfg.home else {})}
-        writer = Writer(folder / "index", encoder, encoder.analyzer, uri, every=1.0 if cfg.tiny else 5.0)
+        clients, every = mixed_load(cfg)
+        writer = Writer(folder / "index", encoder, encoder.analyzer, uri, every=every)
         with ServerProcess(cmd, url, folder / "server.log", env=env) as server:
             thread = threading.Thread(target=writer.run, name="samelang-soak-writer", daemon=True)
             thread.start()
             try:
-                clients = 4 if cfg.tiny else 32
                 out = asyncio.run(_traffic(url, server.proc.pid, seconds, clients, tuple(langs.split(",")), seed=0))
             finally:
                 writer.stop.set()
@@ -346,7 +354,9 @@ def format_mixed(out: dict) -> str:
     lines = ["| route | requests | 200 | 429 | other | p50 ms | p99 ms | slowest 429 ms |",
              "|---|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
     for kind, s in out["stats"].items():
-        route = ROUTE.get(kind, f"/{kind}") + (" (reranked)" if kind == "search_rerank" else "")
+        route = ROUTE.get(kind, f"/{kind}") + {"search_rerank": " (reranked)", "tei_rerank": " (TEI body)"}.get(
+            kind, ""
+        )
         lines.append(
             f"| {route} | {s['requests']} | {len(s['ok'])} | {len(s['rejected'])} | {len(s['errors'])} "
             f"| {pct(s['ok'], 50):.0f} | {pct(s['ok'], 99):.0f} | {max(s['rejected'], default=0):.1f} |"
@@ -365,9 +375,10 @@ def bench_mixed(cfg: BenchConfig) -> str:
     seconds = min(cfg.soak_seconds, 30.0) if cfg.tiny else cfg.soak_seconds
     parts = [format_mixed(mixed_run(cfg, store, seconds)) for store in ("faiss", "milvus")]
     running, queued = MIXED_LIMITS
+    clients, every = mixed_load(cfg)
     return "\n\n".join(parts) + (
         f"\n\nServer: `samelang serve --generator none --max-concurrent-requests {running} --max-queued-requests "
-        f"{queued} --index COPY` (a copy of the demo index; Milvus: a milvus-lite server over gRPC); 32 clients on the "
-        "same cores, each waiting a 429's Retry-After; writes every 5 s from the bench process: 3 documents added, "
-        "every second time 2 of them deleted (samelang/bench/mixed.py)."
+        f"{queued} --index COPY` (a copy of the demo index; Milvus: a milvus-lite server over gRPC); {clients} clients "
+        f"on the same cores, each waiting a 429's Retry-After; writes every {every:g} s from the bench process: 3 "
+        "documents added, every second time 2 of them deleted (samelang/bench/mixed.py)."
     )
