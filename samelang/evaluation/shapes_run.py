@@ -75,7 +75,7 @@ def served_over_http(judge: ShapeJudge, row: ShapeRow, shipped: bool = False) ->
         if shipped:
             loaded = load_components(cfg).pipeline
             got = (loaded.encoder.fingerprint, loaded.defaults.lexical_weight, loaded.defaults.group_candidates,
-                   loaded.defaults.rerank and getattr(loaded.reranker, "fingerprint", None))  # fmt: skip
+                   loaded.defaults.rerank and loaded.reranker.fingerprint)  # fmt: skip
             want = (pipe.encoder.fingerprint, row.lexical, row.candidates == "groups",
                     row.reranked and pipe.reranker.fingerprint)  # fmt: skip
             if got != want:

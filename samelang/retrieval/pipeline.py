@@ -111,7 +111,7 @@ class Pipeline:
         """The reranker's scores of ``hits``; the bi-encoder cosine reuses the index's vectors
         (same model) instead of embedding the passages again."""
         r = self.reranker
-        if getattr(r, "encoder", None) is self.encoder and hasattr(r, "score_vectors"):
+        if r.capabilities.scores_vectors and r.encoder is self.encoder:
             vecs = self.index.vectors([h.doc.row for h in hits])
             if vecs is not None:
                 return r.score_vectors(qvec[0], vecs)
@@ -251,4 +251,4 @@ class Pipeline:
                 yield piece
         except GeneratorUnavailable as e:
             raise AnswerUnavailable(str(e), ranked.hits, refused=isinstance(e, GeneratorRefused)) from e
-        yield Answered(join_answer(pieces) if getattr(self.generator, "generates", True) else None)
+        yield Answered(join_answer(pieces) if self.generator.capabilities.generates else None)

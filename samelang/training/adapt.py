@@ -123,7 +123,7 @@ class Adaptation:
             docs = D.read_documents(index)
             stored = index.vectors([d.row for d in docs])
             vecs = stored if stored is not None else self.encoder.encode_passages([d.text for d in docs], True)
-            cross = self.encoder.halves(vecs)[1] if hasattr(self.encoder, "halves") else vecs
+            cross = self.encoder.halves(vecs)[1] if self.encoder.capabilities.fused else vecs
             trans = D.translations(docs, cross)
             dev = D.held_out(docs, self.opts.dev_share, self.opts.seed)
             train_q = D.cloze_queries(docs, trans, {d.row for d in docs} - dev, self.opts.seed)

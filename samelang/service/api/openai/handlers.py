@@ -62,7 +62,7 @@ class OpenAIHandlers:
     def models(self) -> C.ModelList:
         enc, reranker = self.pipeline.encoder, self.pipeline.reranker
         made = int(Path(enc.path).stat().st_mtime)
-        rerank_path = getattr(reranker, "path", None)
+        rerank_path = reranker.path
         return C.ModelList(data=[
             C.ModelCard(id=enc.name, created=made, task="embeddings", dimensions=enc.dim),
             C.ModelCard(id=reranker.name, created=int(Path(rerank_path).stat().st_mtime) if rerank_path else made,
