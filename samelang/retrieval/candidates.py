@@ -157,7 +157,8 @@ class RowRetriever:
         in_reader = self.doc_langs[rows] == qlang if qlang else np.zeros(rows.size, bool)
         hybrid = None if lexical is None else (lambda same: lexical.hybrid(same, rows))
         # the calibration is None only for an index without documents: no rows here
-        return self.encoder.fused_scores(qvec, self.stored_vectors(rows.tolist()), in_reader, self.calibration, hybrid)
+        vecs = self.stored_vectors(rows.tolist())
+        return self.encoder.fused_scores(qvec, vecs, in_reader, self.calibration, hybrid, self.fusion)
 
     def rows(self, qvec: np.ndarray, k: int, langs, lexical: LexicalQuery | None, qlang: str | None = None):
         """The ``k`` best rows by the retriever's score: the cosine, or with ``lexical`` the hybrid

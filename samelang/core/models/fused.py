@@ -166,11 +166,13 @@ class FusedEncoder:
         return v[..., : self.split], v[..., self.split :]
 
     def fused_scores(self, qvec: np.ndarray, doc_vecs: np.ndarray, in_reader: np.ndarray, calibration,
-                     lexical: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:  # fmt: skip
+                     lexical: Callable[[np.ndarray], np.ndarray] | None = None,
+                     config: FusionConfig | None = None) -> np.ndarray:  # fmt: skip
         """The fused score of documents (the module docstring): for those ``in_reader`` (the query's language)
         the same-language model's cosine (through ``lexical``: the hybrid with BM25) in z-units plus
         ``same_cross_weight`` times the cross-language model's z-score, for the others that z-score plus
-        ``cross_offset``; z over the query's cosines with ``calibration`` ((same, cross) reference vectors)."""
+        ``cross_offset``; z over the query's cosines with ``calibration`` ((same, cross) reference vectors).
+        ``config``: other knobs than the folder's (a grid, a test)."""
         d_same, d_cross = self.halves(doc_vecs)
         q_same, q_cross = (h.reshape(-1) for h in self.halves(qvec[:1]))
         cal_same, cal_cross = calibration
@@ -180,7 +182,7 @@ class FusedEncoder:
         if lexical is not None:
             same = lexical(same)
         cross = (d_cross @ q_cross - mu_c) / sd_c
-        f = self.fusion
+        f = config or self.fusion
         return np.where(in_reader, (same - mu_s) / sd_s + f.same_cross_weight * cross, cross + f.cross_offset)
 
     def store_query(self, qvec: np.ndarray) -> np.ndarray:
