@@ -20,7 +20,7 @@ from samelang.retrieval.candidates import Candidates, RowRetriever, preference
 from samelang.retrieval.errors import AnswerUnavailable, BadRequest
 from samelang.retrieval.hits import Answered, Hit, Ranked
 from samelang.retrieval.limits import Limits
-from samelang.retrieval.options import Defaults, SearchOptions, SearchParams
+from samelang.retrieval.options import Defaults, Resolved, SearchOptions, SearchParams, resolve
 from samelang.retrieval.prompts import fit_prompt
 from samelang.retrieval.reading import EXTRACTIVE, extract, prepare_extract, read
 
@@ -82,16 +82,21 @@ class Pipeline:
                      defaults=self.defaults, reader=self.reader)  # fmt: skip
         return Pipeline(**{**parts, **changes})
 
-    def components(self) -> dict:
-        """The names of what serves a default request (every response carries them)."""
-        d = self.defaults
+    def resolve(self, opts: SearchOptions) -> Resolved:
+        """``opts`` over the served defaults (:func:`~samelang.retrieval.options.resolve`)."""
+        return resolve(opts, self.defaults, self.lexical is not None)
+
+    def components(self, opts: SearchOptions | None = None) -> dict:
+        """The names of what serves a request with ``opts`` (none: a default request; every response carries
+        them)."""
+        r = self.resolve(opts or SearchOptions())
         return {
             "retriever": self.encoder.name,
-            "lexical_weight": d.lexical_weight if d.lexical_weight and self.lexical else None,
-            "reranker": self.reranker.name if d.rerank else None,
-            "rerank_k": d.rerank_k if d.rerank else None,
-            "rerank_fusion": d.rerank_fusion if d.rerank else None,
-            "candidates": "groups" if d.group_candidates else "documents",
+            "lexical_weight": r.lexical_weight if r.lexical_weight and self.lexical else None,
+            "reranker": self.reranker.name if r.rerank else None,
+            "rerank_k": r.rerank_k if r.rerank else None,
+            "rerank_fusion": r.rerank_fusion if r.rerank else None,
+            "candidates": "groups" if r.grouped else "documents",
             "reader": self.reader.name if self.reader is not None else None,
         }
 
@@ -118,10 +123,8 @@ class Pipeline:
         return np.asarray(r.score(query, [h.doc.text for h in hits]), dtype=np.float64)
 
     def search(self, query: str, opts: SearchOptions, qvec: np.ndarray | None = None) -> Ranked:
-        d = self.defaults
-        rerank = d.rerank if opts.rerank is None else opts.rerank
-        rerank_k = d.rerank_k if opts.rerank_k is None else opts.rerank_k
-        grouped = d.group_candidates if opts.group_candidates is None else opts.group_candidates
+        r = self.resolve(opts)
+        rerank, rerank_k, grouped = r.rerank, r.rerank_k, r.grouped
         if rerank and rerank_k > self.limits.max_rerank_pairs:
             raise BadRequest(
                 "rerank_k", f"{rerank_k} reranker pairs, at most {self.limits.max_rerank_pairs} per request"
@@ -129,11 +132,7 @@ class Pipeline:
         qlang, detected, confidence = self._query_language(query, opts.lang)
         if qvec is None:
             qvec = self.encoder.encode_queries([query])
-        # the server's default is hybrid only over an index that has the lexical half (an index built
-        # before it serves dense, and says so at start); a request that asks for it gets it or a 422
-        default = d.lexical_weight if self.lexical else 0.0
-        weight = default if opts.lexical_weight is None else opts.lexical_weight
-        lexical = self.candidates.retriever.lexical_query(query, weight, opts.langs)
+        lexical = self.candidates.retriever.lexical_query(query, r.lexical_weight, opts.langs)
         n = max(opts.k, rerank_k)  # the candidates a reranker sees, whether or not one runs (candidate recall)
         reader = qlang if confidence >= MIN_READER_CONFIDENCE else None
         if grouped:
@@ -145,12 +144,12 @@ class Pipeline:
         if rerank and cands:
             head = cands[:rerank_k]
             s = self._rerank_scores(query, qvec, head)
-            if d.rerank_fusion:
-                s = fuse_scores(s, np.array([h.score for h in head]), d.rerank_fusion)
+            if r.rerank_fusion:
+                s = fuse_scores(s, np.array([h.score for h in head]), r.rerank_fusion)
             order = np.argsort(-s, kind="stable")
             hits = [replace(head[i], score=float(s[i])) for i in order] + cands[rerank_k:]
-        weight = lexical.weight if lexical else None
-        return Ranked(qlang, detected, hits[: opts.k], cands, bool(rerank), bool(grouped), weight)
+        return Ranked(qlang, detected, hits[: opts.k], cands, bool(rerank), bool(grouped),
+                      lexical.weight if lexical else None)  # fmt: skip
 
     # -- /rerank ----------------------------------------------------------------------------
     def rerank(self, query: str, texts: list[str]) -> np.ndarray:
