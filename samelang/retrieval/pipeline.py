@@ -160,9 +160,8 @@ class Pipeline:
     def check_rerank(self, texts: list[str]) -> None:
         """The limits of one rerank request: a 422 naming the field and the limit."""
         lim = self.limits
-        if len(texts) > min(lim.max_rerank_documents, lim.max_rerank_pairs):
-            cap = min(lim.max_rerank_documents, lim.max_rerank_pairs)
-            raise BadRequest("documents", f"{len(texts)} documents, at most {cap} per request")
+        if len(texts) > lim.rerank_documents:
+            raise BadRequest("documents", f"{len(texts)} documents, at most {lim.rerank_documents} per request")
         for i, t in enumerate(texts):
             if not t.strip():
                 raise BadRequest(f"documents[{i}].text", "must not be empty or only whitespace")
