@@ -207,7 +207,7 @@ def test_no_capability_probing_outside_the_model_layer():
     """What a model can do is declared (``Capabilities``, read as ``model.capabilities.fused``), so no code
     outside ``samelang.core.models`` asks a model with ``getattr``/``hasattr`` whether it has a member that a
     capability or a role's contract names."""
-    from samelang.core.models.protocols import PROMISES, Capabilities, Reranker, TextEncoder
+    from samelang.core.models.contracts import PROMISES, Capabilities, Reranker, TextEncoder
 
     members = {m for ms in PROMISES.values() for m in ms} | {f for f in Capabilities.__dataclass_fields__}
     members |= {m for p in (TextEncoder, Reranker) for m in (*p.__annotations__, *vars(p)) if not m.startswith("_")}

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from samelang.core.models.protocols import Capabilities
+from samelang.core.models.contracts import Capabilities
 from samelang.core.models.reranker import CrossEncoderReranker
 from samelang.core.runtime.precision import EngineOptions
 from samelang.evaluation.reranker import score_identity

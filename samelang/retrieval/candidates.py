@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from samelang.core.models.protocols import TextEncoder
+from samelang.core.models.contracts import TextEncoder
 from samelang.indexes.index import OpenIndex
 from samelang.indexes.vectors import normalise
 from samelang.retrieval.errors import BadRequest

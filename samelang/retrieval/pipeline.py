@@ -12,8 +12,8 @@ from dataclasses import replace
 
 import numpy as np
 
+from samelang.core.models.contracts import Reranker, TextEncoder
 from samelang.core.models.generation import GeneratorRefused, GeneratorUnavailable, join_answer
-from samelang.core.models.protocols import Reranker, TextEncoder
 from samelang.ground.langid import LanguageIdentifier
 from samelang.indexes.index import OpenIndex
 from samelang.retrieval.candidates import Candidates, RowRetriever, preference

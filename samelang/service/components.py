@@ -14,8 +14,8 @@ import faiss
 
 from samelang.core import catalogue
 from samelang.core.catalogue import SERVED_DEFAULTS
+from samelang.core.models.contracts import check_capabilities
 from samelang.core.models.generation import LlamaCppGenerator, NoGenerator, OpenAIGenerator
-from samelang.core.models.protocols import check_capabilities
 from samelang.core.models.reader import ExtractiveReader
 from samelang.core.models.reranker import CosineReranker, CrossEncoderReranker
 from samelang.core.resources import LoadLedger, rss_mb

@@ -32,9 +32,9 @@ from samelang.core.models.fused import FusionConfig, is_fused_folder, write_cali
 from samelang.core.settings import default_home
 from samelang.corpora import dev_articles
 from samelang.corpora.records import Document
+from samelang.evaluation.collection_shapes import ShapeJudge
+from samelang.evaluation.judge import DEV_ARTICLES
 from samelang.evaluation.serving_rule import PRIMARY, ShapeRow
-from samelang.evaluation.shapes import ShapeJudge
-from samelang.evaluation.shapes_run import DEV_ARTICLES
 from samelang.ground.atomic import atomic_write_text
 from samelang.indexes.index import open_index
 from samelang.indexes.reembed import reembed_index

@@ -292,7 +292,7 @@ def test_a_fused_rerank_orders_by_both_z_scores(encoder, index12, pipe12):
     (0: the reranker's; a large w: nearly the retriever's), and that is the score each hit carries."""
     from dataclasses import replace
 
-    from samelang.core.models.protocols import Capabilities
+    from samelang.core.models.contracts import Capabilities
     from samelang.retrieval.options import SearchOptions
     from samelang.retrieval.pipeline import fuse_scores
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 
 from samelang.core.folder import model_fingerprint
+from samelang.core.models.contracts import Capabilities
 from samelang.core.models.hub import locate
 from samelang.core.models.loading import load_model
-from samelang.core.models.protocols import Capabilities
 from samelang.core.models.served import EngineModel
 from samelang.core.runtime.engine import engine_for
 from samelang.core.runtime.heads import embed_meta

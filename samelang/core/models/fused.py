@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from samelang.core.models.protocols import Capabilities
+from samelang.core.models.contracts import Capabilities
 from samelang.corpora import XQUAD_LANGS, load_xquad
 from samelang.ground.atomic import atomic_write_bytes, atomic_write_text
 from samelang.ground.identity import ModelInfo

@@ -14,7 +14,7 @@ import httpx
 from httpx_sse import EventSource
 
 from samelang.core import work
-from samelang.core.models.protocols import Capabilities
+from samelang.core.models.contracts import Capabilities
 
 
 class GeneratorUnavailable(RuntimeError):

@@ -8,7 +8,7 @@ wrapper or the evaluation's score cache; and under each, the engine runs one of 
 (:class:`~samelang.core.runtime.engine.Backend`).
 What a model does beyond its role's contract is declared, not probed: :class:`Capabilities`, a class attribute
 of each implementation (wrappers forward it), checked at load by :func:`check_capabilities`.
-``tests/core/models/test_protocols.py`` checks each against these declarations."""
+``tests/core/models/test_contracts.py`` checks each against these declarations."""
 
 from __future__ import annotations
 

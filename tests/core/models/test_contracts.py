@@ -1,5 +1,5 @@
 """Every bi-encoder and reranker the code passes around follows its declared contract
-(:mod:`samelang.core.models.protocols`): the instances pass ``isinstance`` against the runtime-checkable
+(:mod:`samelang.core.models.contracts`): the instances pass ``isinstance`` against the runtime-checkable
 protocol, and every class that defines a contract's method takes the protocol's parameters, so a
 wrapper can never drift from what it wraps."""
 
@@ -9,9 +9,9 @@ import inspect
 
 import pytest
 
+from samelang.core.models.contracts import Capabilities, Reranker, TextEncoder, check_capabilities
 from samelang.core.models.encoder import Encoder
 from samelang.core.models.fused import FusedEncoder
-from samelang.core.models.protocols import Capabilities, Reranker, TextEncoder, check_capabilities
 from samelang.core.models.reranker import CosineReranker, CrossEncoderReranker
 from samelang.core.runtime.engine import Backend, OnnxBackend, TorchBackend
 from samelang.evaluation.memo import CachedReranker, MemoEncoder
