@@ -20,6 +20,7 @@ from samelang.retrieval.candidates import Candidates, RowRetriever, preference
 from samelang.retrieval.errors import AnswerUnavailable, BadRequest
 from samelang.retrieval.hits import Answered, Hit, Ranked
 from samelang.retrieval.limits import Limits
+from samelang.retrieval.model_calls import ModelCalls
 from samelang.retrieval.options import Defaults, Resolved, SearchOptions, SearchParams, resolve
 from samelang.retrieval.prompts import fit_prompt
 from samelang.retrieval.reading import EXTRACTIVE, extract, prepare_extract, read
@@ -43,9 +44,10 @@ def fuse_scores(reranker: np.ndarray, retriever: np.ndarray, weight: float) -> n
     return _z(np.asarray(reranker, np.float64)) + weight * _z(np.asarray(retriever, np.float64))
 
 
-class Pipeline:
+class Pipeline(ModelCalls):
     """Search (candidates, then the reranker, fused with the retriever's score), rerank and answer
-    over the served components; built once per index generation."""
+    over the served components, and the calls on the models themselves (:class:`~.model_calls.ModelCalls`):
+    the one façade every dialect calls; built once per index generation."""
 
     def __init__(
         self,
