@@ -35,7 +35,7 @@ import numpy as np
 
 from samelang.bench.common import TINY_LANGS, BenchConfig, serve_command
 from samelang.bench.http_load import ServerProcess, free_port
-from samelang.bench.soak import payloads, rss_mb
+from samelang.bench.soak import payloads, sample_rss
 from samelang.core import catalogue as R
 from samelang.corpora import Document, load_xquad
 from samelang.ground.langid import get_identifier
@@ -207,11 +207,6 @@ async def _traffic(url: str, pid: int, seconds: float, concurrency: int, index_l
     start = time.monotonic()
     deadline = start + seconds
 
-    async def sampler():
-        while time.monotonic() < deadline:
-            rss.append((time.monotonic() - start, rss_mb(pid)))
-            await asyncio.sleep(2.0)
-
     async def worker(client: httpx.AsyncClient):
         while time.monotonic() < deadline:
             kind = rng.choice(kinds)
@@ -234,7 +229,7 @@ async def _traffic(url: str, pid: int, seconds: float, concurrency: int, index_l
 
     limits = httpx.Limits(max_connections=concurrency + 4)
     async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
-        await asyncio.gather(sampler(), *(worker(client) for _ in range(concurrency)))
+        await asyncio.gather(sample_rss(pid, start, deadline, rss), *(worker(client) for _ in range(concurrency)))
     return {"stats": stats, "rss": rss, "seconds": time.monotonic() - start}
 
 

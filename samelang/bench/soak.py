@@ -30,6 +30,13 @@ def rss_mb(pid: int) -> float:
     raise RuntimeError(f"no VmRSS for pid {pid}")
 
 
+async def sample_rss(pid: int, start: float, deadline: float, into: list[tuple[float, float]]) -> None:
+    """(seconds since ``start``, resident MB of ``pid``) every 2 s until ``deadline`` (``time.monotonic``)."""
+    while time.monotonic() < deadline:
+        into.append((time.monotonic() - start, rss_mb(pid)))
+        await asyncio.sleep(2.0)
+
+
 def payloads(index_langs: tuple[str, ...] = ("en", "zh")) -> dict[str, list[dict]]:
     """Requests of each kind; /diagnose labels name the gold paragraph in each of ``index_langs``
     (the served index's languages: a label outside the index is a 422)."""
@@ -60,11 +67,6 @@ async def _soak(base_url: str, pid: int, seconds: float, concurrency: int, seed:
     start = time.monotonic()
     deadline = start + seconds
 
-    async def sampler():
-        while time.monotonic() < deadline:
-            rss.append((time.monotonic() - start, rss_mb(pid)))
-            await asyncio.sleep(2.0)
-
     async def worker(client: httpx.AsyncClient):
         while time.monotonic() < deadline:
             kind = rng.choice(kinds)
@@ -92,7 +94,7 @@ async def _soak(base_url: str, pid: int, seconds: float, concurrency: int, seed:
                 first_error.append(err)
 
     async with httpx.AsyncClient(base_url=base_url, timeout=120) as client:
-        await asyncio.gather(sampler(), *(worker(client) for _ in range(concurrency)))
+        await asyncio.gather(sample_rss(pid, start, deadline, rss), *(worker(client) for _ in range(concurrency)))
     return {"stats": stats, "rss": rss, "first_error": first_error[:3], "seconds": time.monotonic() - start}
 
 
