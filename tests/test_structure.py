@@ -200,6 +200,30 @@ def test_the_retrieval_floor_knows_no_http():
     assert not wrong, wrong
 
 
+PROBES = ("getattr", "hasattr")
+
+
+def test_no_capability_probing_outside_the_model_layer():
+    """What a model can do is declared (``Capabilities``, read as ``model.capabilities.fused``), so no code
+    outside ``samelang.core.models`` asks a model with ``getattr``/``hasattr`` whether it has a member that a
+    capability or a role's contract names."""
+    from samelang.core.models.contracts import PROMISES, Capabilities, Reranker, TextEncoder
+
+    members = {m for ms in PROMISES.values() for m in ms} | {f for f in Capabilities.__dataclass_fields__}
+    members |= {m for p in (TextEncoder, Reranker) for m in (*p.__annotations__, *vars(p)) if not m.startswith("_")}
+    members -= {"path", "name", "kind"}  # names every route and record has too
+    wrong = []
+    for module, path in _modules(ROOT, "samelang").items():
+        if module.startswith("samelang.core.models"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            probe = isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in PROBES
+            name = node.args[1] if probe and len(node.args) >= 2 else None
+            if isinstance(name, ast.Constant) and name.value in members:
+                wrong.append(f"{module}:{node.lineno} {node.func.id}(..., {node.args[1].value!r})")
+    assert not wrong, wrong
+
+
 def test_indexes_read_no_training_corpus():
     """``indexes/`` holds index code: of the corpora it imports only what building an index needs (the
     records, a user's JSONL, the text checks), never a training corpus reader."""

@@ -308,7 +308,7 @@ def bench_build(cfg: BenchConfig) -> Built:
             base_rate = base_rate or rate
             rows.append([corpus, f"{Path(folder).name} ({label})", f"{len(docs):,}", f"{build_s:.1f}", f"{rate:.1f}",
                          f"{rate / base_rate:.2f}", f"{build_s / len(docs) * 2880:.0f}", f"{load_s:.1f}",
-                         getattr(enc, "cache_tag", "fp32")])  # fmt: skip
+                         enc.cache_tag])  # fmt: skip
             if label == "base":
                 index = open_index(idx, enc.info)
                 vectors = faiss.downcast_index(index.faiss_index.index).reconstruct_n(0, index.size)  # flat: row = id

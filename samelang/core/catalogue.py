@@ -258,7 +258,7 @@ def ensure_demo_index(home: Path, langs: str, encoder, log=print, embed=None, st
     :class:`~samelang.indexes.stores.StoreSpec`, FAISS by default)."""
 
     store = store or StoreSpec()
-    variant = getattr(encoder, "cache_tag", "fp32")
+    variant = encoder.cache_tag
     out = demo_index_path(home, langs, encoder.fingerprint, variant, store.kind, store.uri)
     if demo_index_ready(out):
         return out

@@ -1,15 +1,14 @@
 """``samelang eval answer``: what ``/answer`` tells the reader, end to end, in every language.
 
-Each collection shape's index (:mod:`.shapes`: the 12-language parallel pool, partial translations) is served as
-``samelang serve`` serves it (defaults from ``models/serving.json``, the real models, a real uvicorn server), and the
-test articles' questions go through ``POST /answer`` twice: ``answer_mode: extractive`` (the reader) and
-``generative`` (Gemma 3 270M on llama.cpp). Beside them, the reader alone on the gold paragraph in the question's
-language: its upper bound. Metrics (:mod:`samelang.core.metrics.answers`): token F1 and exact match against the gold
-answers in the question's language, in %, per language and their mean with a 95% percentile-bootstrap interval over
-questions. Partial translations give two rows: questions whose gold the index holds in the reader's language (an
-answer in another language scores 0), and the others (scored against XQuAD's gold in the answer's language). p50:
-one ``/answer`` at a time, client wall time. ``--per-lang`` fixed question positions per language; nothing is tuned.
-"""
+Each collection shape's index (:mod:`.collection_shapes`: the 12-language parallel pool, partial translations) is served
+as ``samelang serve`` serves it (defaults from ``models/serving.json``, the real models, a real uvicorn server), and the
+test articles' questions go through ``POST /answer`` twice: ``answer_mode: extractive`` (the reader) and ``generative``
+(Gemma 3 270M on llama.cpp). Beside them, the reader alone on the gold paragraph in the question's language: its upper
+bound. Metrics (:mod:`samelang.core.metrics.answers`): token F1 and exact match against the gold answers in the
+question's language, in %, per language and their mean with a 95% percentile-bootstrap interval over questions. Partial
+translations give two rows: questions whose gold the index holds in the reader's language (an answer in another language
+scores 0), and the others (scored against XQuAD's gold in the answer's language). p50: one ``/answer`` at a time, client
+wall time. ``--per-lang`` fixed question positions per language; nothing is tuned."""
 
 from __future__ import annotations
 
@@ -31,10 +30,10 @@ from samelang.core.models.reader import ExtractiveReader
 from samelang.core.options import StrList
 from samelang.core.runtime.precision import cpu_summary
 from samelang.corpora import XQUAD_LANGS, load_xquad
+from samelang.evaluation.collection_shapes import ShapeJudge
 from samelang.evaluation.common import EvalOptions, Report
 from samelang.evaluation.memo import bootstrap_ci
 from samelang.evaluation.serving_rule import ShapeRow
-from samelang.evaluation.shapes import ShapeJudge
 from samelang.ground.atomic import atomic_write_text
 from samelang.service.components import Components, load_components
 from samelang.service.config import ServiceSettings

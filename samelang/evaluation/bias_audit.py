@@ -1,16 +1,15 @@
 """``samelang eval bias``: the label-free language-bias audit of ``/diagnose``, run by its own code
-(:func:`samelang.retrieval.diagnosis.diagnose`) on the shape judge's test-article collections (:mod:`.shapes`): the
-partial-translation collection users have and the 12-language parallel pool, for the served default
-(``models/serving.json``) beside the base model and the base model + BM25 that wins the parallel pool.
+(:func:`samelang.retrieval.diagnosis.diagnose`) on the shape judge's test-article collections
+(:mod:`.collection_shapes`): the partial-translation collection users have and the 12-language parallel pool, for the
+served default (``models/serving.json``) beside the base model and the base model + BM25 that wins the parallel pool.
 
 Two query sets per index: **sampled, no labels** (what a user without questions runs: :data:`SAMPLE` queries from the
-index's own documents by :func:`~samelang.retrieval.diagnosis.sample_queries`, seed 0, the same number per language,
-the source left out of its own list) and **labelled** (the judge's :data:`~.shapes.RERANK_PER_LANG` fixed XQuAD test
-questions per language; relevant = the versions of the gold paragraph the index holds, for Max@R). Per row: the
-mean over query languages of ``JSD(P_q || P_D)`` (bits) and the share of queries whose top 10 holds another
-language, with 95% percentile-bootstrap intervals (1,000 resamples within each query language, seed 0); Comp@10
-and mean Max@R over the labelled questions.
-"""
+index's own documents by :func:`~samelang.retrieval.diagnosis.sample_queries`, seed 0, the same number per language, the
+source left out of its own list) and **labelled** (the judge's :data:`~.collection_shapes.RERANK_PER_LANG` fixed XQuAD
+test questions per language; relevant = the versions of the gold paragraph the index holds, for Max@R). Per row: the
+mean over query languages of ``JSD(P_q || P_D)`` (bits) and the share of queries whose top 10 holds another language,
+with 95% percentile-bootstrap intervals (1,000 resamples within each query language, seed 0); Comp@10 and mean Max@R
+over the labelled questions."""
 
 from __future__ import annotations
 
@@ -26,10 +25,10 @@ from samelang.core.catalogue import REPO_MODELS
 from samelang.core.folder import replace_section
 from samelang.core.metrics.language_bias import language_bias
 from samelang.core.runtime.precision import cpu_summary
+from samelang.evaluation.collection_shapes import RERANK_PER_LANG, ShapeJudge
 from samelang.evaluation.common import EvalOptions
 from samelang.evaluation.memo import bootstrap_ci
 from samelang.evaluation.serving_rule import ShapeRow
-from samelang.evaluation.shapes import RERANK_PER_LANG, ShapeJudge
 from samelang.retrieval.diagnosis import BIAS_K, diagnose, live_rows, sample_queries
 from samelang.retrieval.options import SearchOptions
 

@@ -50,7 +50,7 @@ def embed_xquad(encoder, cache_dir: Path | None = None, langs=XQUAD_LANGS, split
     """Embed every paragraph and every question of ``split``'s articles (cached by the model's
     fingerprint and, past fp32, its precision and quantisation recipe). ``split="train"`` is for
     choices (precision, fusion weights): the test articles judge, they never select."""
-    precision = getattr(encoder, "cache_tag", "fp32")
+    precision = encoder.cache_tag
     tag = ("" if precision == "fp32" else f":{precision}") + ("" if split == "test" else f":{split}")
     key = hashlib.sha256(f"{encoder.fingerprint}:{','.join(langs)}:v1{tag}".encode()).hexdigest()[:20]
     cache = Path(cache_dir) / f"xquad-emb-{key}.npz" if cache_dir else None

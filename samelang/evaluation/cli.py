@@ -16,10 +16,10 @@ from samelang.evaluation.answers import AnswerEvalOptions, run_answer_evaluation
 from samelang.evaluation.bias_audit import BiasEvalOptions, run_bias_audit
 from samelang.evaluation.biencoder import BiencoderEvalOptions, BiencoderEvaluation
 from samelang.evaluation.fusion import FusionEvalOptions, FusionTuning
+from samelang.evaluation.judge import run_ood_only, run_shapes
 from samelang.evaluation.pipeline import PipelineEvalOptions, run_pipeline_evaluation
 from samelang.evaluation.precision import PrecisionEvalOptions, PrecisionEvaluation
 from samelang.evaluation.reranker import RerankerEvalOptions, RerankerEvaluation
-from samelang.evaluation.shapes_run import run_ood_only, run_shapes
 
 eval_app = typer.Typer(help="Evaluate on the held-out XQuAD test articles.", no_args_is_help=True)
 

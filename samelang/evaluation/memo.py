@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from samelang.core.models.contracts import Capabilities
 from samelang.core.models.reranker import CrossEncoderReranker
 from samelang.core.runtime.precision import EngineOptions
 from samelang.evaluation.reranker import score_identity
@@ -74,9 +75,11 @@ class CachedReranker:
     """A cross-encoder whose (query, document) scores are kept on disk under its fingerprint,
     precision and :data:`SCORE_CACHE_VERSION`; misses are scored by the model itself."""
 
+    capabilities = Capabilities()  # one query's documents at a time, from the cache or the model
+
     def __init__(self, reranker, cache_file: Path | None):
         self._reranker, self.cache_file = reranker, cache_file
-        self.name, self.kind = reranker.name, reranker.kind
+        self.name, self.kind, self.fingerprint = reranker.name, reranker.kind, reranker.fingerprint
         self._scores: dict[str, float] = {}
         self.scored = 0
         if cache_file and Path(cache_file).exists():
@@ -89,9 +92,11 @@ class CachedReranker:
         per :func:`score_identity` and version: every evaluation that reranks shares it)."""
         ce = CrossEncoderReranker(path, home=home, options=EngineOptions(precision=precision))
         key = hashlib.sha256(f"{score_identity(ce)}|{SCORE_CACHE_VERSION}".encode()).hexdigest()[:20]
-        out = cls(ce, home / "cache" / f"pipeline-scores-{key}.npz" if cache else None)
-        out.fingerprint = ce.fingerprint
-        return out
+        return cls(ce, home / "cache" / f"pipeline-scores-{key}.npz" if cache else None)
+
+    @property
+    def path(self):
+        return self._reranker.path
 
     @property
     def model(self):

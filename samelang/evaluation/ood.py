@@ -23,9 +23,9 @@ from tqdm.auto import tqdm
 from samelang.corpora.records import Document
 from samelang.corpora.store import CorpusStore
 from samelang.corpora.views import load_views
+from samelang.evaluation.collection_shapes import ShapeJudge, summarise
 from samelang.evaluation.memo import CachedReranker
 from samelang.evaluation.serving_rule import ShapeRow
-from samelang.evaluation.shapes import ShapeJudge, summarise
 from samelang.retrieval.options import SearchOptions
 
 OOD_SOURCE = "tydiqa_goldp"  # held out of every training run here (the trainers' --hold-out)

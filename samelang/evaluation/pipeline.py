@@ -405,7 +405,7 @@ def evaluation_from(options: PipelineEvalOptions, log=print) -> PipelineEvaluati
 def run_pipeline_evaluation(options: PipelineEvalOptions, doc: Path, log=print) -> Report:
     """Every row, the best on this pool, the served defaults over HTTP, and (with ``card``) the
     section of ``docs/evaluation.md``; the report also lands in ``options.out``. What is served is
-    chosen on every collection shape (``--shapes``, :mod:`.shapes`), not here."""
+    chosen on every collection shape (``--shapes``, :mod:`.collection_shapes`), not here."""
 
     t0 = time.perf_counter()
     evaluation = evaluation_from(options, log)

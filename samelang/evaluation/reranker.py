@@ -295,7 +295,7 @@ def score_identity(reranker, max_length: int = 256) -> str:
     length and (past fp32) its precision. One definition for every evaluation that caches
     scores, so that a stale score is never reused and an equal one always is."""
     identity = f"{reranker.fingerprint}|max_length={max_length}"
-    tag = getattr(reranker, "cache_tag", reranker.precision)  # int8: with its quantisation recipe
+    tag = reranker.cache_tag  # int8: with its quantisation recipe
     return identity if tag == "fp32" else f"{identity}|{tag}"
 
 

@@ -19,8 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from samelang.core.models.fused import query_moments
-from samelang.core.models.protocols import TextEncoder
+from samelang.core.models.contracts import TextEncoder
 from samelang.indexes.index import OpenIndex
 from samelang.indexes.vectors import normalise
 from samelang.retrieval.errors import BadRequest
@@ -92,7 +91,7 @@ class RowRetriever:
         self.encoder, self.index, self.search_params = encoder, index, search_params
         self.doc_langs = np.array(index.docs.langs(index.size), dtype=object)  # by row (None: deleted too)
         self.lexical = self._lexical_half(index, encoder)
-        self.fusion = getattr(encoder, "fusion", None)  # a fused retriever (samelang.core.models.fused)
+        self.fusion = encoder.fusion if encoder.capabilities.fused else None  # samelang.core.models.fused
         self.calibration = self._calibration_sample() if self.fusion else None
 
     @staticmethod
@@ -115,7 +114,7 @@ class RowRetriever:
         """The vectors whose cosines with a query put the fused retriever's two models on one scale
         (both halves): its reference passages, or without them up to ``calibration_rows`` evenly
         spaced live documents of the index."""
-        if getattr(self.encoder, "calibration", None) is not None:
+        if self.encoder.calibration is not None:
             return self.encoder.calibration
         live = np.asarray(self.index.docs.rows(), dtype=np.int64)
         if live.size == 0:
@@ -155,19 +154,11 @@ class RowRetriever:
 
     def fused_scores(self, qvec: np.ndarray, rows: np.ndarray, lexical: LexicalQuery | None, qlang: str | None):
         """The fused score of ``rows`` (see :meth:`_fused_rows`)."""
-        enc = self.encoder
-        d_same, d_cross = enc.halves(self.stored_vectors(rows.tolist()))
-        q_same, q_cross = (h.reshape(-1) for h in enc.halves(qvec[:1]))
-        cal_same, cal_cross = self.calibration  # None only for an index without documents: no rows here
-        mu_s, sd_s = query_moments(cal_same @ q_same)
-        mu_c, sd_c = query_moments(cal_cross @ q_cross)
-        same = (d_same @ q_same).astype(np.float64)
-        if lexical is not None:
-            same = lexical.hybrid(same, rows)
         in_reader = self.doc_langs[rows] == qlang if qlang else np.zeros(rows.size, bool)
-        cross = (d_cross @ q_cross - mu_c) / sd_c
-        f = self.fusion
-        return np.where(in_reader, (same - mu_s) / sd_s + f.same_cross_weight * cross, cross + f.cross_offset)
+        hybrid = None if lexical is None else (lambda same: lexical.hybrid(same, rows))
+        # the calibration is None only for an index without documents: no rows here
+        vecs = self.stored_vectors(rows.tolist())
+        return self.encoder.fused_scores(qvec, vecs, in_reader, self.calibration, hybrid, self.fusion)
 
     def rows(self, qvec: np.ndarray, k: int, langs, lexical: LexicalQuery | None, qlang: str | None = None):
         """The ``k`` best rows by the retriever's score: the cosine, or with ``lexical`` the hybrid

@@ -140,8 +140,9 @@ def _check(pipe: Pipeline, queries: list[A.LabelledQuery], opts: SearchOptions, 
             f"{len(queries)} queries, at most {lim.max_diagnose_queries} per request "
             "(send labelled queries in parts, or a smaller split)",
         )
-    if pipe.defaults.rerank if opts.rerank is None else opts.rerank:
-        rk = opts.rerank_k or pipe.defaults.rerank_k
+    resolved = pipe.resolve(opts)
+    if resolved.rerank:
+        rk = resolved.rerank_k
         pairs = len(queries) * rk
         if pairs > lim.max_rerank_pairs:
             raise BadRequest(

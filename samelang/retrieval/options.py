@@ -42,3 +42,31 @@ class SearchOptions:
     group_candidates: bool | None = None
     language_preference: str | tuple[str, ...] = READER  # "reader", "any", or languages in order
     lexical_weight: float | None = None  # BM25's weight in hybrid retrieval (0: dense only)
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A request's effective options: its own where it says, else the served :class:`Defaults`. Worked out
+    once (:func:`resolve`) and read by the search, the diagnosis, the components every response names, and
+    ``/info`` (the defaults a request with no options gets), so that what a response says ran is what ran."""
+
+    rerank: bool
+    rerank_k: int
+    rerank_fusion: float
+    grouped: bool
+    lexical_weight: float  # BM25's weight (0: dense only)
+
+
+def resolve(opts: SearchOptions, defaults: Defaults, has_lexical: bool) -> Resolved:
+    """``opts`` over ``defaults``. The served default is hybrid only over an index with the lexical half
+    (``has_lexical``; an older index serves dense and says so at start); a request that asks for hybrid
+    gets it or a 422."""
+    d = defaults
+    default_weight = d.lexical_weight if has_lexical else 0.0
+    return Resolved(
+        rerank=d.rerank if opts.rerank is None else opts.rerank,
+        rerank_k=d.rerank_k if opts.rerank_k is None else opts.rerank_k,
+        rerank_fusion=d.rerank_fusion,
+        grouped=d.group_candidates if opts.group_candidates is None else opts.group_candidates,
+        lexical_weight=default_weight if opts.lexical_weight is None else opts.lexical_weight,
+    )

@@ -12,15 +12,16 @@ from dataclasses import replace
 
 import numpy as np
 
+from samelang.core.models.contracts import Reranker, TextEncoder
 from samelang.core.models.generation import GeneratorRefused, GeneratorUnavailable, join_answer
-from samelang.core.models.protocols import Reranker, TextEncoder
 from samelang.ground.langid import LanguageIdentifier
 from samelang.indexes.index import OpenIndex
 from samelang.retrieval.candidates import Candidates, RowRetriever, preference
 from samelang.retrieval.errors import AnswerUnavailable, BadRequest
 from samelang.retrieval.hits import Answered, Hit, Ranked
 from samelang.retrieval.limits import Limits
-from samelang.retrieval.options import Defaults, SearchOptions, SearchParams
+from samelang.retrieval.model_calls import ModelCalls
+from samelang.retrieval.options import Defaults, Resolved, SearchOptions, SearchParams, resolve
 from samelang.retrieval.prompts import fit_prompt
 from samelang.retrieval.reading import EXTRACTIVE, extract, prepare_extract, read
 
@@ -43,9 +44,10 @@ def fuse_scores(reranker: np.ndarray, retriever: np.ndarray, weight: float) -> n
     return _z(np.asarray(reranker, np.float64)) + weight * _z(np.asarray(retriever, np.float64))
 
 
-class Pipeline:
+class Pipeline(ModelCalls):
     """Search (candidates, then the reranker, fused with the retriever's score), rerank and answer
-    over the served components; built once per index generation."""
+    over the served components, and the calls on the models themselves (:class:`~.model_calls.ModelCalls`):
+    the one façade every dialect calls; built once per index generation."""
 
     def __init__(
         self,
@@ -82,16 +84,21 @@ class Pipeline:
                      defaults=self.defaults, reader=self.reader)  # fmt: skip
         return Pipeline(**{**parts, **changes})
 
-    def components(self) -> dict:
-        """The names of what serves a default request (every response carries them)."""
-        d = self.defaults
+    def resolve(self, opts: SearchOptions) -> Resolved:
+        """``opts`` over the served defaults (:func:`~samelang.retrieval.options.resolve`)."""
+        return resolve(opts, self.defaults, self.lexical is not None)
+
+    def components(self, opts: SearchOptions | None = None) -> dict:
+        """The names of what serves a request with ``opts`` (none: a default request; every response carries
+        them)."""
+        r = self.resolve(opts or SearchOptions())
         return {
             "retriever": self.encoder.name,
-            "lexical_weight": d.lexical_weight if d.lexical_weight and self.lexical else None,
-            "reranker": self.reranker.name if d.rerank else None,
-            "rerank_k": d.rerank_k if d.rerank else None,
-            "rerank_fusion": d.rerank_fusion if d.rerank else None,
-            "candidates": "groups" if d.group_candidates else "documents",
+            "lexical_weight": r.lexical_weight if r.lexical_weight and self.lexical else None,
+            "reranker": self.reranker.name if r.rerank else None,
+            "rerank_k": r.rerank_k if r.rerank else None,
+            "rerank_fusion": r.rerank_fusion if r.rerank else None,
+            "candidates": "groups" if r.grouped else "documents",
             "reader": self.reader.name if self.reader is not None else None,
         }
 
@@ -111,17 +118,15 @@ class Pipeline:
         """The reranker's scores of ``hits``; the bi-encoder cosine reuses the index's vectors
         (same model) instead of embedding the passages again."""
         r = self.reranker
-        if getattr(r, "encoder", None) is self.encoder and hasattr(r, "score_vectors"):
+        if r.capabilities.scores_vectors and r.encoder is self.encoder:
             vecs = self.index.vectors([h.doc.row for h in hits])
             if vecs is not None:
                 return r.score_vectors(qvec[0], vecs)
         return np.asarray(r.score(query, [h.doc.text for h in hits]), dtype=np.float64)
 
     def search(self, query: str, opts: SearchOptions, qvec: np.ndarray | None = None) -> Ranked:
-        d = self.defaults
-        rerank = d.rerank if opts.rerank is None else opts.rerank
-        rerank_k = d.rerank_k if opts.rerank_k is None else opts.rerank_k
-        grouped = d.group_candidates if opts.group_candidates is None else opts.group_candidates
+        r = self.resolve(opts)
+        rerank, rerank_k, grouped = r.rerank, r.rerank_k, r.grouped
         if rerank and rerank_k > self.limits.max_rerank_pairs:
             raise BadRequest(
                 "rerank_k", f"{rerank_k} reranker pairs, at most {self.limits.max_rerank_pairs} per request"
@@ -129,11 +134,7 @@ class Pipeline:
         qlang, detected, confidence = self._query_language(query, opts.lang)
         if qvec is None:
             qvec = self.encoder.encode_queries([query])
-        # the server's default is hybrid only over an index that has the lexical half (an index built
-        # before it serves dense, and says so at start); a request that asks for it gets it or a 422
-        default = d.lexical_weight if self.lexical else 0.0
-        weight = default if opts.lexical_weight is None else opts.lexical_weight
-        lexical = self.candidates.retriever.lexical_query(query, weight, opts.langs)
+        lexical = self.candidates.retriever.lexical_query(query, r.lexical_weight, opts.langs)
         n = max(opts.k, rerank_k)  # the candidates a reranker sees, whether or not one runs (candidate recall)
         reader = qlang if confidence >= MIN_READER_CONFIDENCE else None
         if grouped:
@@ -145,12 +146,12 @@ class Pipeline:
         if rerank and cands:
             head = cands[:rerank_k]
             s = self._rerank_scores(query, qvec, head)
-            if d.rerank_fusion:
-                s = fuse_scores(s, np.array([h.score for h in head]), d.rerank_fusion)
+            if r.rerank_fusion:
+                s = fuse_scores(s, np.array([h.score for h in head]), r.rerank_fusion)
             order = np.argsort(-s, kind="stable")
             hits = [replace(head[i], score=float(s[i])) for i in order] + cands[rerank_k:]
-        weight = lexical.weight if lexical else None
-        return Ranked(qlang, detected, hits[: opts.k], cands, bool(rerank), bool(grouped), weight)
+        return Ranked(qlang, detected, hits[: opts.k], cands, bool(rerank), bool(grouped),
+                      lexical.weight if lexical else None)  # fmt: skip
 
     # -- /rerank ----------------------------------------------------------------------------
     def rerank(self, query: str, texts: list[str]) -> np.ndarray:
@@ -161,9 +162,8 @@ class Pipeline:
     def check_rerank(self, texts: list[str]) -> None:
         """The limits of one rerank request: a 422 naming the field and the limit."""
         lim = self.limits
-        if len(texts) > min(lim.max_rerank_documents, lim.max_rerank_pairs):
-            cap = min(lim.max_rerank_documents, lim.max_rerank_pairs)
-            raise BadRequest("documents", f"{len(texts)} documents, at most {cap} per request")
+        if len(texts) > lim.rerank_documents:
+            raise BadRequest("documents", f"{len(texts)} documents, at most {lim.rerank_documents} per request")
         for i, t in enumerate(texts):
             if not t.strip():
                 raise BadRequest(f"documents[{i}].text", "must not be empty or only whitespace")
@@ -251,4 +251,4 @@ class Pipeline:
                 yield piece
         except GeneratorUnavailable as e:
             raise AnswerUnavailable(str(e), ranked.hits, refused=isinstance(e, GeneratorRefused)) from e
-        yield Answered(join_answer(pieces) if getattr(self.generator, "generates", True) else None)
+        yield Answered(join_answer(pieces) if self.generator.capabilities.generates else None)

@@ -17,7 +17,7 @@ def fit_prompt(generator, query: str, cited: list, max_tokens: int) -> tuple[lis
     takes every passage."""
     texts = [h.doc.text for h in cited]
     prompt = build_prompt(query, texts)
-    fits = getattr(generator, "fits", None)
+    fits = generator.fits if generator.capabilities.checks_fit else None
     if fits is None or fits(prompt, max_tokens):
         return cited, prompt
     while len(texts) > 1 and not fits(prompt, max_tokens):

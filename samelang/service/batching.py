@@ -175,13 +175,12 @@ def micro_batched(pipeline, max_wait_ms: float, max_items: int, on_batch=None) -
         return None if on_batch is None else (lambda n_inputs, n_requests: on_batch(model, n_inputs, n_requests))
 
     encoder, reranker = pipeline.encoder, pipeline.reranker
-    if hasattr(encoder, "encode_queries"):
-        changes["encoder"] = BatchedEncoder(encoder, max_wait_ms, max_items, report("encoder"))
-        batchers.append(changes["encoder"].batcher)
-    if hasattr(reranker, "score_pairs"):
+    changes["encoder"] = BatchedEncoder(encoder, max_wait_ms, max_items, report("encoder"))
+    batchers.append(changes["encoder"].batcher)
+    if reranker.capabilities.scores_pairs:
         changes["reranker"] = BatchedReranker(reranker, max_wait_ms, max_items, report("reranker"))
         batchers.append(changes["reranker"].batcher)
-    elif "encoder" in changes and getattr(reranker, "encoder", None) is encoder:
+    elif reranker.capabilities.scores_vectors and reranker.encoder is encoder:
         changes["reranker"] = copy.copy(reranker)
         changes["reranker"].encoder = changes["encoder"]
     return pipeline.replace(**changes), batchers

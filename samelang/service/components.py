@@ -14,6 +14,7 @@ import faiss
 
 from samelang.core import catalogue
 from samelang.core.catalogue import SERVED_DEFAULTS
+from samelang.core.models.contracts import check_capabilities
 from samelang.core.models.generation import LlamaCppGenerator, NoGenerator, OpenAIGenerator
 from samelang.core.models.reader import ExtractiveReader
 from samelang.core.models.reranker import CosineReranker, CrossEncoderReranker
@@ -76,6 +77,8 @@ def load_components(cfg: ServiceSettings) -> Components:
         generator = load_generator(cfg)
     with ledger.measure("language_id"):
         langid = get_identifier(tuple(x.strip() for x in cfg.detect_langs.split(",") if x.strip()))
+    for role, model in (("bi-encoder", encoder), ("reranker", reranker), ("generator", generator)):
+        check_capabilities(model, role)  # what each declares it can do, it has (read, never probed, after this)
     limits = Limits.of(cfg)
     pipeline = Pipeline(
         encoder, index, reranker, generator, langid, limits, SearchParams(cfg.ef_search, cfg.nprobe),
@@ -178,7 +181,8 @@ def measured_defaults() -> dict | None:
 def describe(pipeline: Pipeline, cfg: ServiceSettings) -> dict:
     """What ``/info`` reports: models, index manifest, generator, limits."""
     enc, index, reranker, generator = pipeline.encoder, pipeline.index, pipeline.reranker, pipeline.generator
-    rerank_engine = getattr(reranker, "engine", None)
+    # a cross-encoder runs an engine of its own; the cosine runs the encoder's
+    rerank_engine = reranker.engine if reranker.capabilities.scores_pairs else None
     return {
         "encoder": {
             "name": enc.name,
@@ -195,7 +199,7 @@ def describe(pipeline: Pipeline, cfg: ServiceSettings) -> dict:
         "defaults": {
             **pipeline.components(),
             "reranks_by_default": pipeline.defaults.rerank,
-            **({"fusion": fusion_parts(enc)} if getattr(enc, "fusion", None) else {}),
+            **({"fusion": fusion_parts(enc)} if enc.capabilities.fused else {}),
             "measured": measured_defaults(),
             # models named by flag that the measured defaults were not measured on: neutral defaults for them
             "not_measured_on": cfg.unmeasured_models(),

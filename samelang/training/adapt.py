@@ -32,9 +32,9 @@ from samelang.core.models.fused import FusionConfig, is_fused_folder, write_cali
 from samelang.core.settings import default_home
 from samelang.corpora import dev_articles
 from samelang.corpora.records import Document
+from samelang.evaluation.collection_shapes import ShapeJudge
+from samelang.evaluation.judge import DEV_ARTICLES
 from samelang.evaluation.serving_rule import PRIMARY, ShapeRow
-from samelang.evaluation.shapes import ShapeJudge
-from samelang.evaluation.shapes_run import DEV_ARTICLES
 from samelang.ground.atomic import atomic_write_text
 from samelang.indexes.index import open_index
 from samelang.indexes.reembed import reembed_index
@@ -123,7 +123,7 @@ class Adaptation:
             docs = D.read_documents(index)
             stored = index.vectors([d.row for d in docs])
             vecs = stored if stored is not None else self.encoder.encode_passages([d.text for d in docs], True)
-            cross = self.encoder.halves(vecs)[1] if hasattr(self.encoder, "halves") else vecs
+            cross = self.encoder.halves(vecs)[1] if self.encoder.capabilities.fused else vecs
             trans = D.translations(docs, cross)
             dev = D.held_out(docs, self.opts.dev_share, self.opts.seed)
             train_q = D.cloze_queries(docs, trans, {d.row for d in docs} - dev, self.opts.seed)

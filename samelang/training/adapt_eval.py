@@ -19,10 +19,10 @@ from pydantic import Field
 from samelang.core.catalogue import served_defaults
 from samelang.core.paths import EVALUATION_DOC
 from samelang.corpora.store import CorporaOption
+from samelang.evaluation.collection_shapes import ShapeJudge
 from samelang.evaluation.common import EvalOptions, Report
 from samelang.evaluation.ood import OutOfDomain, ood_table
 from samelang.evaluation.serving_rule import ShapeRow
-from samelang.evaluation.shapes import ShapeJudge
 from samelang.ground.atomic import atomic_write_text
 from samelang.training.adapt import Adaptation, AdaptOptions
 

@@ -148,13 +148,13 @@ def retrieved_negatives(retriever: str, home: Path, dev: tuple[int, ...], log=pr
     """``(language, question) -> wrong paragraph groups, best-ranked first``: what ``retriever``
     (served as ``samelang serve`` serves it: its BM25 weight, group-aware candidates) returns for
     every train-article question on the train-article partial-translation and parallel pools of
-    ``samelang eval pipeline --shapes`` (:mod:`samelang.evaluation.shapes`). Why: the
+    ``samelang eval pipeline --shapes`` (:mod:`samelang.evaluation.collection_shapes`). Why: the
     reranker reranks these lists; the paper's one same-article negative is rarely what the
     retriever puts above the answer. Cached under ``$SAMELANG_HOME/cache``."""
+    from samelang.evaluation.collection_shapes import ShapeJudge  # deferred: as above
     from samelang.evaluation.fusion import tuned_weights  # deferred: evaluation code only for this
+    from samelang.evaluation.judge import fused_weight  # deferred: as above
     from samelang.evaluation.serving_rule import ShapeRow  # deferred: as above
-    from samelang.evaluation.shapes import ShapeJudge  # deferred: as above
-    from samelang.evaluation.shapes_run import fused_weight  # deferred: as above
 
     weight = fused_weight(retriever) if fused_weight(retriever) is not None else tuned_weights().get(retriever, 0.0)
     row = ShapeRow(retriever, weight)

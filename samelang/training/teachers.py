@@ -57,7 +57,7 @@ class FusedTeacher:
 
     def __init__(self, path: Path, home: Path):
         self.encoder = open_encoder(path, home=home)
-        if not hasattr(self.encoder, "fusion") or self.encoder.calibration is None:
+        if not self.encoder.capabilities.fused or self.encoder.calibration is None:
             raise ValueError(f"{path} is no fused retriever with calibration.npz")
 
     def raw(self, queries: list[str], docs: list[str]) -> np.ndarray:

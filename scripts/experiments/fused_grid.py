@@ -1,6 +1,6 @@
 """How the fused retriever's knobs were chosen (``models/e5-small-fused/fused.json``): a grid over
 the train-article shapes of ``samelang eval pipeline --shapes`` (the same constructions, from
-:mod:`samelang.evaluation.shapes`), every document of each pool scored, so the numbers are exact.
+:mod:`samelang.evaluation.collection_shapes`), every document of each pool scored, so the numbers are exact.
 
 Run: ``python scripts/experiments/fused_grid.py --fused models/e5-small-fused-v3`` (about 8 min on 2
 cores once the embedding caches of ``samelang eval biencoder`` exist; the test articles are never
@@ -37,8 +37,8 @@ from samelang.core.models.fused import FusionConfig, write_calibration
 from samelang.core.settings import settings
 from samelang.corpora import XQUAD_LANGS, load_xquad
 from samelang.evaluation.biencoder import embed_xquad
+from samelang.evaluation.collection_shapes import present_versions
 from samelang.evaluation.serving_rule import READER_FLOOR
-from samelang.evaluation.shapes import present_versions
 from samelang.indexes.lexical import LexicalIndex
 
 LANGS = list(XQUAD_LANGS)

@@ -2,7 +2,7 @@
 on the dev articles' questions (every trainer holds them out) over the served retriever, with the CPU
 it ran on.
 
-Quality: the shape judge's dev questions (:class:`samelang.evaluation.shapes.ShapeJudge`,
+Quality: the shape judge's dev questions (:class:`samelang.evaluation.collection_shapes.ShapeJudge`,
 all 58 per language), partial translations and one language each, the served retriever's candidate
 groups reranked by the cross-encoder's first ``k`` (scores from the judge's cache, misses scored at
 the precision ``samelang serve`` picks). Speed: p50 ms of ``Pipeline.search`` with the real models
@@ -28,10 +28,10 @@ from samelang.core.models.reranker import CrossEncoderReranker
 from samelang.core.runtime.precision import EngineOptions, cpu_flags, cpu_summary
 from samelang.core.settings import settings
 from samelang.corpora import dev_articles
+from samelang.evaluation.collection_shapes import ShapeJudge
+from samelang.evaluation.judge import DEV_ARTICLES
 from samelang.evaluation.memo import search_p50_ms
 from samelang.evaluation.serving_rule import ShapeRow
-from samelang.evaluation.shapes import ShapeJudge
-from samelang.evaluation.shapes_run import DEV_ARTICLES
 
 KS = (5, 10, 20)
 SECTION = "## Speed against quality (dev articles)"

@@ -1,5 +1,5 @@
 """Can a cross-encoder's score, fused with the retriever's, reach issue 31's shape targets? A probe
-over the shape judge's own reranked questions (:class:`samelang.evaluation.shapes.ShapeJudge`,
+over the shape judge's own reranked questions (:class:`samelang.evaluation.collection_shapes.ShapeJudge`,
 24 fixed question positions x 12 languages per split), the served retriever's first 20 candidate
 groups (``Pipeline.search`` with ``rerank=False``: groups inferred, the reader's version as each
 group's representative, exactly what a served reranker is given), and the cross-encoder's scores
@@ -32,9 +32,9 @@ from samelang.core.catalogue import REPO_MODELS
 from samelang.core.folder import replace_section
 from samelang.core.settings import settings
 from samelang.corpora import dev_articles
+from samelang.evaluation.collection_shapes import ShapeJudge, score_lists
+from samelang.evaluation.judge import DEV_ARTICLES
 from samelang.evaluation.serving_rule import PRIMARY, ShapeRow
-from samelang.evaluation.shapes import ShapeJudge, score_lists
-from samelang.evaluation.shapes_run import DEV_ARTICLES
 from samelang.retrieval.options import SearchOptions
 from samelang.retrieval.pipeline import fuse_scores
 

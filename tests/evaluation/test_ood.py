@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from samelang.corpora.views import load_views
+from samelang.evaluation import judge as SR
 from samelang.evaluation import ood as O
-from samelang.evaluation import shapes_run as SR
+from samelang.evaluation.collection_shapes import ShapeJudge
 from samelang.evaluation.pipeline import PipelineEvalOptions
 from samelang.evaluation.serving_rule import ShapeRow
-from samelang.evaluation.shapes import ShapeJudge
 
 
 def test_out_of_domain_metrics_on_hand_made_lists():
@@ -64,7 +64,7 @@ def test_without_the_source_the_judge_says_how_to_import_it(tmp_path, samelang_h
 def test_ood_only_swaps_the_judges_paragraph_and_refuses_a_doc_without_one(tmp_path):
     """``--ood-only --card`` replaces the out-of-domain paragraph (up to the ``Questions:`` line) and
     leaves the rest of the section; a doc without the paragraph is an error naming the fix."""
-    from samelang.evaluation.shapes_run import replace_ood_paragraph
+    from samelang.evaluation.judge import replace_ood_paragraph
 
     doc = tmp_path / "evaluation.md"
     doc.write_text("## S\n\n| t |\n\nOut of domain: not run (x).\n\nQuestions: 12 test questions.\n\n## Next\n")

@@ -71,7 +71,7 @@ def test_bootstrap_interval():
 class CountingModel:
     """A cross-encoder stand-in that counts what it is asked to score (the cache is under test)."""
 
-    name, kind = "counting", "cross-encoder"
+    name, kind, fingerprint, path = "counting", "cross-encoder", "counting-1", None
 
     def __init__(self):
         self.pairs = 0

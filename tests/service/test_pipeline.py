@@ -292,11 +292,12 @@ def test_a_fused_rerank_orders_by_both_z_scores(encoder, index12, pipe12):
     (0: the reranker's; a large w: nearly the retriever's), and that is the score each hit carries."""
     from dataclasses import replace
 
+    from samelang.core.models.contracts import Capabilities
     from samelang.retrieval.options import SearchOptions
     from samelang.retrieval.pipeline import fuse_scores
 
     class Reversed:  # a reranker that disagrees with the retriever as much as it can
-        name, kind = "reversed", "test"
+        name, kind, capabilities = "reversed", "test", Capabilities()
 
         def score(self, query, docs):
             return -np.arange(len(docs), dtype=np.float64)[::-1]

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from samelang.core.folder import model_fingerprint
+from samelang.core.models.contracts import Capabilities
 from samelang.core.models.hub import locate
 from samelang.core.models.loading import load_model
 from samelang.core.models.served import EngineModel
@@ -44,6 +45,8 @@ class Encoder(EngineModel):
     the service passes its ``--precision`` (``auto``: the model card's choice). Served from ONNX, the
     torch weights are read only to export the graph (once per model and precision); ``model`` loads
     the sentence-transformers model on first use, for callers that want it (a benchmark's reference)."""
+
+    capabilities = Capabilities()
 
     def __init__(self, path: str | Path, device: str = "cpu", *, home: Path, options: EngineOptions | None = None):
         fix = "run `samelang models prepare` (base model) or `samelang train biencoder` (aligned model)"

@@ -17,11 +17,13 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
+from samelang.core.models.contracts import Capabilities
 from samelang.corpora import XQUAD_LANGS, load_xquad
 from samelang.ground.atomic import atomic_write_bytes, atomic_write_text
 from samelang.ground.identity import ModelInfo
@@ -84,8 +86,10 @@ def joined_tag(tags: list[str]) -> str:
 
 class FusedEncoder:
     """Two bi-encoders as one: vectors are ``[same; cross] / sqrt(2)`` (each half unit-normalised),
-    so an index built with it holds both models' vectors; :class:`~samelang.retrieval.pipeline.Pipeline`
-    reads :attr:`fusion` to score with each half (see the module docstring)."""
+    so an index built with it holds both models' vectors; it scores documents with each half itself
+    (:meth:`fused_scores`, see the module docstring), and declares so (``capabilities.fused``)."""
+
+    capabilities = Capabilities(fused=True)
 
     def __init__(self, path: Path, same, cross, config: FusionConfig):
         self.path, self.same, self.cross, self.fusion = Path(path), same, cross, config
@@ -160,6 +164,26 @@ class FusedEncoder:
         """(same, cross) unit vectors of stored or query vectors."""
         v = np.asarray(vecs, dtype=np.float32) * SQRT2
         return v[..., : self.split], v[..., self.split :]
+
+    def fused_scores(self, qvec: np.ndarray, doc_vecs: np.ndarray, in_reader: np.ndarray, calibration,
+                     lexical: Callable[[np.ndarray], np.ndarray] | None = None,
+                     config: FusionConfig | None = None) -> np.ndarray:  # fmt: skip
+        """The fused score of documents (the module docstring): for those ``in_reader`` (the query's language)
+        the same-language model's cosine (through ``lexical``: the hybrid with BM25) in z-units plus
+        ``same_cross_weight`` times the cross-language model's z-score, for the others that z-score plus
+        ``cross_offset``; z over the query's cosines with ``calibration`` ((same, cross) reference vectors).
+        ``config``: other knobs than the folder's (a grid, a test)."""
+        d_same, d_cross = self.halves(doc_vecs)
+        q_same, q_cross = (h.reshape(-1) for h in self.halves(qvec[:1]))
+        cal_same, cal_cross = calibration
+        mu_s, sd_s = query_moments(cal_same @ q_same)
+        mu_c, sd_c = query_moments(cal_cross @ q_cross)
+        same = (d_same @ q_same).astype(np.float64)
+        if lexical is not None:
+            same = lexical(same)
+        cross = (d_cross @ q_cross - mu_c) / sd_c
+        f = config or self.fusion
+        return np.where(in_reader, (same - mu_s) / sd_s + f.same_cross_weight * cross, cross + f.cross_offset)
 
     def store_query(self, qvec: np.ndarray) -> np.ndarray:
         """The vector the store is searched with: ``[q_same * a; q_cross * b]`` (see the module)."""

@@ -14,6 +14,7 @@ import httpx
 from httpx_sse import EventSource
 
 from samelang.core import work
+from samelang.core.models.contracts import Capabilities
 
 
 class GeneratorUnavailable(RuntimeError):
@@ -28,7 +29,7 @@ class GeneratorRefused(GeneratorUnavailable):
 
 class NoGenerator:
     name = "none"
-    generates = False  # an answer is None, not an empty text
+    capabilities = Capabilities(generates=False)  # an answer is None, not an empty text
 
     def generate(self, prompt: str, max_tokens: int) -> str | None:
         return None
@@ -80,6 +81,8 @@ class LlamaCppGenerator:
     The prompt must fit ``n_ctx`` with ``max_tokens`` to spare: :meth:`fits` says whether it does,
     and the pipeline drops or cuts passages until it does (:meth:`Pipeline.answer`).
     """
+
+    capabilities = Capabilities(checks_fit=True)
 
     def __init__(self, path: str | Path, threads: int | None = None, n_ctx: int = 4096):
         try:
@@ -156,6 +159,8 @@ class OpenAIGenerator:
     exponential back-off, then raise :class:`GeneratorUnavailable`. Answers are always
     streamed from the server (:meth:`stream`), waited for or not.
     """
+
+    capabilities = Capabilities()  # a remote server checks its own context
 
     def __init__(
         self,

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from samelang.core.folder import model_fingerprint
+from samelang.core.models.contracts import Capabilities
 from samelang.core.models.encoder import Encoder
 from samelang.core.models.hub import locate
 from samelang.core.models.loading import load_model
@@ -36,6 +37,8 @@ def load_cross_encoder(
 
 class CrossEncoderReranker(EngineModel):
     """Any sentence-transformers ``CrossEncoder`` checkpoint (one output score), or a LAMAR adapter."""
+
+    capabilities = Capabilities(scores_pairs=True)
 
     kind = "cross-encoder"
 
@@ -108,10 +111,17 @@ class CosineReranker:
     """Fallback: cosine between the query and document embeddings of the served bi-encoder."""
 
     kind = BI_ENCODER_COSINE
+    capabilities = Capabilities(scores_vectors=True)
+    path = None  # no folder of its own: the encoder's
 
     def __init__(self, encoder: Encoder):
         self.encoder = encoder
         self.name = BI_ENCODER_COSINE
+
+    @property
+    def fingerprint(self) -> str:
+        """The encoder's: the cosine has no weights of its own."""
+        return f"{BI_ENCODER_COSINE}:{self.encoder.fingerprint}"
 
     def score(self, query: str, documents: list[str]) -> np.ndarray:
         if not documents:

@@ -15,7 +15,8 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.openapi.utils import get_openapi
 from fastapi.staticfiles import StaticFiles
 
-from samelang.service.api import errors, fields
+from samelang.retrieval.limits import Limits
+from samelang.service.api import errors
 from samelang.service.api.admission import Admission
 from samelang.service.api.dialects import Dialects
 from samelang.service.api.middleware import GuardMiddleware, RequestIdMiddleware
@@ -33,32 +34,31 @@ log = logging.getLogger("samelang")
 
 
 def _openapi_with_limits(app: FastAPI, cfg: ServiceSettings):
-    """The schema with this server's configured limits where the protocol has only the ceilings."""
+    """The schema with this server's configured limits (:class:`~samelang.retrieval.limits.Limits`, the
+    ones its pipeline enforces) where the protocol has only the ceilings."""
+    limits = Limits.of(cfg)
+
+    def arrays(prop: dict) -> list[dict]:  # a field that is a list, or one of its anyOf alternatives
+        return [sub for sub in prop.get("anyOf", [prop]) if sub.get("type") == "array"]
 
     def openapi():
         if app.openapi_schema is None:
             schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
-            props = schema["components"]["schemas"]["RerankRequest"]["properties"]
-            props["documents"]["maxItems"] = min(cfg.max_rerank_documents, cfg.max_rerank_pairs, fields.MAX_DOCUMENTS)
-            for sub in props["documents"]["items"].get("oneOf", []):
+            s = schema["components"]["schemas"]
+            docs, chars = limits.rerank_documents, limits.max_document_chars
+            s["RerankRequest"]["properties"]["documents"]["maxItems"] = docs
+            for sub in s["RerankRequest"]["properties"]["documents"]["items"].get("oneOf", []):
                 if sub.get("type") == "string":
-                    sub["maxLength"] = min(cfg.max_document_chars, fields.MAX_DOCUMENT_CHARS)
-            doc = schema["components"]["schemas"]["RerankDocument"]["properties"]["text"]
-            doc["maxLength"] = min(cfg.max_document_chars, fields.MAX_DOCUMENT_CHARS)
-            schemas = schema["components"]["schemas"]
-            schemas["CompatRerankRequest"]["properties"]["documents"]["maxItems"] = props["documents"]["maxItems"]
-            tei = schemas["TeiRerankRequest"]["properties"]["texts"]
-            tei["maxItems"] = props["documents"]["maxItems"]
-            tei["items"]["maxLength"] = min(cfg.max_document_chars, fields.MAX_DOCUMENT_CHARS)
-            inputs = (schemas[name]["properties"][field]["anyOf"]
-                      for name, field in (("EmbeddingsRequest", "input"), ("EmbedRequest", "inputs")))  # fmt: skip
-            for sub in (sub for anyof in inputs for sub in anyof):
-                if sub.get("type") == "array":
-                    sub["maxItems"] = min(cfg.max_embedding_inputs, fields.MAX_EMBEDDING_INPUTS)
-            diag = schema["components"]["schemas"]["DiagnoseRequest"]["properties"]["queries"]
-            for sub in diag.get("anyOf", [diag]):
-                if sub.get("type") == "array":
-                    sub["maxItems"] = min(cfg.max_diagnose_queries, fields.MAX_DIAGNOSE_QUERIES)
+                    sub["maxLength"] = chars
+            s["RerankDocument"]["properties"]["text"]["maxLength"] = chars
+            s["CompatRerankRequest"]["properties"]["documents"]["maxItems"] = docs
+            s["TeiRerankRequest"]["properties"]["texts"].update(maxItems=docs)
+            s["TeiRerankRequest"]["properties"]["texts"]["items"]["maxLength"] = chars
+            for name, field in (("EmbeddingsRequest", "input"), ("EmbedRequest", "inputs")):
+                for sub in arrays(s[name]["properties"][field]):
+                    sub["maxItems"] = limits.max_embedding_inputs
+            for sub in arrays(s["DiagnoseRequest"]["properties"]["queries"]):
+                sub["maxItems"] = limits.max_diagnose_queries
             app.openapi_schema = schema
         return app.openapi_schema
 

@@ -1,5 +1,5 @@
-"""What the dialects' handlers share: the served reranker's ranking of a request's documents, the
-cap on texts per embedding request, and the check that a request names the served model."""
+"""What the dialects' handlers share: the served reranker's ranking of a request's documents, and the check
+that a request names the served model."""
 
 from __future__ import annotations
 
@@ -15,13 +15,6 @@ def ranked(pipeline: Pipeline, query: str, docs: list, top_n: int | None) -> lis
     scores = pipeline.rerank(query, [d.text for d in docs])
     order = np.argsort(-scores, kind="stable")[: top_n or len(docs)]
     return [(int(i), float(scores[i]), docs[i].lang or pipeline.detect_language(docs[i].text)) for i in order]
-
-
-def check_inputs(pipeline: Pipeline, field: str, texts: list[str]) -> None:
-    """The texts of one embedding or tokenize request: at most ``max_embedding_inputs`` (a 422 naming the field)."""
-    cap = pipeline.limits.max_embedding_inputs
-    if len(texts) > cap:
-        raise BadRequest(field, f"{len(texts)} texts, at most {cap} per request")
 
 
 def check_model(given: str | None, served: str, field: str = "model") -> None:

@@ -10,13 +10,15 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field
 
 from samelang.ground.langid import supported_languages
 from samelang.ground.text import text_problem
+from samelang.retrieval.limits import CEILINGS
 
 MAX_QUERY_CHARS = 2000
 MAX_ID_CHARS = 512
-MAX_DOCUMENTS = 100  # hard ceiling of /rerank documents; the server's --max-rerank-documents may be lower
-MAX_DOCUMENT_CHARS = 20000  # likewise for --max-document-chars
-MAX_DIAGNOSE_QUERIES = 1000  # likewise for --max-diagnose-queries
-MAX_EMBEDDING_INPUTS = 2048  # OpenAI's own ceiling; the server's --max-embedding-inputs may be lower
+# the hard ceilings (declared with the limits: a server's --max-* may be lower, and its schema says so)
+MAX_DOCUMENTS = CEILINGS["max_rerank_documents"]
+MAX_DOCUMENT_CHARS = CEILINGS["max_document_chars"]
+MAX_DIAGNOSE_QUERIES = CEILINGS["max_diagnose_queries"]
+MAX_EMBEDDING_INPUTS = CEILINGS["max_embedding_inputs"]  # OpenAI's own ceiling
 
 _LANGS = frozenset(supported_languages())
 

@@ -22,8 +22,8 @@ from samelang.service.api.native import protocol as P
 from samelang.service.api.shared import cited, versions_of
 
 
-def _components(pipeline: Pipeline, ranked: Ranked | None = None) -> P.Components:
-    c = pipeline.components()
+def _components(pipeline: Pipeline, ranked: Ranked | None = None, opts: SearchOptions | None = None) -> P.Components:
+    c = pipeline.components(opts)
     if ranked is not None:
         c = {**c, "reranker": pipeline.reranker.name if ranked.reranked else None,
              "candidates": "groups" if ranked.grouped else "documents",
@@ -149,14 +149,7 @@ class NativeHandlers:
         if not queries:
             raise BadRequest(field, "no queries")
         out = diagnose(self.pipeline, queries, req.k, opts, field, bias_k=req.bias_k, sources=sources)
-        d = self.pipeline.defaults
-        grouped = d.group_candidates if req.group_candidates is None else req.group_candidates
-        reranked = d.rerank if req.rerank is None else req.rerank
-        components = _components(self.pipeline)
-        components.reranker = self.pipeline.reranker.name if reranked else None
-        components.candidates = "groups" if grouped else "documents"
-        weight = d.lexical_weight if req.lexical_weight is None else req.lexical_weight
-        components.lexical_weight = weight if weight and self.pipeline.lexical else None
+        components = _components(self.pipeline, opts=opts)  # what ran: the request's options over the defaults
         return P.DiagnoseResponse(
             **{k: v for k, v in out.items() if k not in ("aggregate", "per_query_lang", "queries", "bias")},
             reranker=components.reranker,

@@ -5,12 +5,10 @@ those SDKs read."""
 from __future__ import annotations
 
 import base64
-from pathlib import Path
 
-from samelang.indexes.vectors import normalise
 from samelang.retrieval.errors import BadRequest
 from samelang.retrieval.pipeline import Pipeline
-from samelang.service.api.common import check_inputs, check_model, ranked
+from samelang.service.api.common import check_model, ranked
 from samelang.service.api.openai import protocol as C
 
 
@@ -27,10 +25,9 @@ class OpenAIHandlers:
             raise BadRequest("dimensions", f"{req.dimensions} is not supported: {enc.name} has {enc.dim} dimensions "
                              "and cannot shorten them; omit the field")  # fmt: skip
         texts = req.texts()
-        check_inputs(self.pipeline, "input", texts)
-        passages, direct = req.input_type == "passage", enc.unbatched  # up to 256 texts of any length: no batcher
-        vecs = normalise(direct.encode_passages(texts) if passages else direct.encode_queries(texts)).astype("<f4")
-        tokens = sum(enc.count_tokens(texts, passages=passages))
+        passages = req.input_type == "passage"
+        vecs = self.pipeline.embed(texts, "input", role="passage" if passages else "query").astype("<f4")
+        tokens = self.pipeline.count_tokens(texts, passages=passages)
         data = [
             C.Embedding(
                 index=i,
@@ -46,7 +43,8 @@ class OpenAIHandlers:
         given = docs = req.normalised_documents()
         self.pipeline.check_rerank([d.text for d in docs])  # the limits hold for the documents as sent
         if req.max_tokens_per_doc is not None:
-            docs = [d.model_copy(update={"text": reranker.truncate(d.text, req.max_tokens_per_doc)}) for d in docs]
+            cut = self.pipeline.cut_for_reranker
+            docs = [d.model_copy(update={"text": cut(d.text, req.max_tokens_per_doc)}) for d in docs]
         results = [
             C.CompatRerankResult(
                 index=i,
@@ -56,15 +54,14 @@ class OpenAIHandlers:
             )  # fmt: skip
             for i, score, lang in ranked(self.pipeline, req.query, docs, req.top_n)
         ]
-        usage = C.RerankUsage(total_tokens=reranker.count_tokens(req.query, [d.text for d in docs]))
+        usage = C.RerankUsage(total_tokens=self.pipeline.rerank_tokens(req.query, [d.text for d in docs]))
         return C.CompatRerankResponse(model=reranker.name, results=results, usage=usage)
 
     def models(self) -> C.ModelList:
-        enc, reranker = self.pipeline.encoder, self.pipeline.reranker
-        made = int(Path(enc.path).stat().st_mtime)
-        rerank_path = getattr(reranker, "path", None)
+        encoder, reranker = self.pipeline.served_models()
+        made = int(encoder.path.stat().st_mtime)
         return C.ModelList(data=[
-            C.ModelCard(id=enc.name, created=made, task="embeddings", dimensions=enc.dim),
-            C.ModelCard(id=reranker.name, created=int(Path(rerank_path).stat().st_mtime) if rerank_path else made,
+            C.ModelCard(id=encoder.name, created=made, task="embeddings", dimensions=encoder.dim),
+            C.ModelCard(id=reranker.name, created=int(reranker.path.stat().st_mtime) if reranker.path else made,
                         task="rerank"),
         ])  # fmt: skip

@@ -53,10 +53,6 @@ class _Inputs(StrictModel):
     def _not_token_ids(cls, v):
         return _no_token_ids(v)
 
-    def prompt(self, encoder) -> str:
-        """The text put before each input: ``encoder``'s named prompt, or none."""
-        return encoder.prompt(self.prompt_name == "passage") if self.prompt_name else ""
-
 
 class EmbedRequest(_Inputs):
     """``POST /embed`` (and ``POST /``): TEI's request. The vectors are ``/v1/embeddings``' for the same

@@ -184,6 +184,7 @@ def test_prompt_fits_the_generator_context(gemma):
     # a small context: three passages do not fit, the last ones are dropped; a lone passage too long is cut
     from types import SimpleNamespace
 
+    from samelang.core.models.contracts import Capabilities
     from samelang.retrieval.prompts import fit_prompt
 
     small = LlamaCppGenerator(gemma.path, n_ctx=256)
@@ -199,8 +200,9 @@ def test_prompt_fits_the_generator_context(gemma):
     assert prompt.startswith(paragraphs[0].text[:100]) and prompt.endswith("Question: Who?\nAnswer:")
     # the generator answers within that context
     assert isinstance(small.generate(prompt, 16), str)
-    # a remote generator (no context limit known here) gets every passage
-    kept, prompt = fit_prompt(object(), "Who?", hits, max_tokens=16)
+    # a remote generator (no context limit known here: it declares no fit check) gets every passage
+    remote = SimpleNamespace(capabilities=Capabilities())
+    kept, prompt = fit_prompt(remote, "Who?", hits, max_tokens=16)
     assert len(kept) == 3
 
 

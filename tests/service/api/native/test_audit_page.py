@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from samelang.corpora import load_xquad
-from samelang.evaluation.shapes import present_versions
+from samelang.evaluation.collection_shapes import present_versions
 from samelang.indexes.index import open_index
 from samelang.indexes.writes import build_index
 from tests.service.conftest import make_app, running

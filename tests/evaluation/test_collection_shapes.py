@@ -13,8 +13,8 @@ from samelang.core.catalogue import shipped_cross_encoders
 from samelang.core.metrics.audit import LabelledQuery
 from samelang.core.paths import REPO_MODELS
 from samelang.corpora import XQUAD_LANGS, load_xquad
-from samelang.evaluation import shapes as S
-from samelang.evaluation import shapes_run as SR
+from samelang.evaluation import collection_shapes as S
+from samelang.evaluation import judge as SR
 
 
 def _groups(split="all"):

@@ -204,7 +204,7 @@ class ShapeJudge:
         return self.encoders[name]
 
     def _vectors(self, enc) -> dict[str, np.ndarray]:
-        parts = [enc.same, enc.cross] if hasattr(enc, "fusion") else [enc]
+        parts = [enc.same, enc.cross] if enc.capabilities.fused else [enc]
         known: list[dict[str, np.ndarray]] = []
         for part in parts:
             emb = embed_xquad(part, self.home / "cache", split=self.split)

@@ -1,4 +1,4 @@
-"""``samelang eval pipeline --shapes``: the collection-shape judge's command (:mod:`.shapes` owns the
+"""``samelang eval pipeline --shapes``: the collection-shape judge's command (:mod:`.collection_shapes` owns the
 constructions, metrics and rows; :mod:`.serving_rule` the rule and tables).
 
 What chooses: the questions of the dev articles (:data:`DEV_ARTICLES`), over the train-article
@@ -31,6 +31,7 @@ from samelang.core.folder import replace_section
 from samelang.core.runtime.precision import cpu_summary
 from samelang.corpora import dev_articles
 from samelang.corpora.store import CorpusMissing
+from samelang.evaluation.collection_shapes import ShapeJudge, summarise
 from samelang.evaluation.common import Report
 from samelang.evaluation.ood import OutOfDomain, ood_summary, ood_table
 from samelang.evaluation.serving_rule import (
@@ -42,7 +43,6 @@ from samelang.evaluation.serving_rule import (
     to_json,
     write_serving,
 )
-from samelang.evaluation.shapes import ShapeJudge, summarise
 from samelang.ground.atomic import atomic_write_text
 from samelang.service.components import Components, load_components
 from samelang.service.config import ServiceSettings
@@ -75,7 +75,7 @@ def served_over_http(judge: ShapeJudge, row: ShapeRow, shipped: bool = False) ->
         if shipped:
             loaded = load_components(cfg).pipeline
             got = (loaded.encoder.fingerprint, loaded.defaults.lexical_weight, loaded.defaults.group_candidates,
-                   loaded.defaults.rerank and getattr(loaded.reranker, "fingerprint", None))  # fmt: skip
+                   loaded.defaults.rerank and loaded.reranker.fingerprint)  # fmt: skip
             want = (pipe.encoder.fingerprint, row.lexical, row.candidates == "groups",
                     row.reranked and pipe.reranker.fingerprint)  # fmt: skip
             if got != want:

@@ -1,5 +1,5 @@
 """Every bi-encoder and reranker the code passes around follows its declared contract
-(:mod:`samelang.core.models.protocols`): the instances pass ``isinstance`` against the runtime-checkable
+(:mod:`samelang.core.models.contracts`): the instances pass ``isinstance`` against the runtime-checkable
 protocol, and every class that defines a contract's method takes the protocol's parameters, so a
 wrapper can never drift from what it wraps."""
 
@@ -9,9 +9,9 @@ import inspect
 
 import pytest
 
+from samelang.core.models.contracts import Capabilities, Reranker, TextEncoder, check_capabilities
 from samelang.core.models.encoder import Encoder
 from samelang.core.models.fused import FusedEncoder
-from samelang.core.models.protocols import Reranker, TextEncoder
 from samelang.core.models.reranker import CosineReranker, CrossEncoderReranker
 from samelang.core.runtime.engine import Backend, OnnxBackend, TorchBackend
 from samelang.evaluation.memo import CachedReranker, MemoEncoder
@@ -68,3 +68,36 @@ def test_the_served_and_evaluated_variants_are_instances(encoder):
     assert all(len(s) == 2 and s[0] > s[1] for s in scores)
     assert not isinstance(object(), TextEncoder) and not isinstance(encoder, Reranker)
     assert isinstance(encoder.engine.backend, Backend)
+
+
+def test_every_model_declares_what_it_can_do_and_has_it(encoder, tmp_path):
+    """Each implementation declares its :class:`Capabilities` (wrappers forward the one they wrap), and
+    :func:`check_capabilities` (what the loader runs) passes on real objects and names what a false
+    declaration lacks."""
+    from samelang.core.models.fused import FusionConfig
+    from samelang.core.models.generation import NoGenerator, OpenAIGenerator
+
+    fused = FusedEncoder(tmp_path, encoder, encoder, FusionConfig())
+    batched = BatchedEncoder(encoder, max_wait_ms=1.0, max_items=4)
+    try:
+        for model in (encoder, fused, batched, MemoEncoder(fused, {})):
+            check_capabilities(model, "bi-encoder")
+        assert [m.capabilities.fused for m in (encoder, fused, batched, MemoEncoder(fused, {}))] == [
+            False, True, False, True]  # fmt: skip
+    finally:
+        batched.batcher.close()
+    cosine = CosineReranker(encoder)
+    for model in (cosine, CachedReranker(cosine, None)):
+        check_capabilities(model, "reranker")
+    assert cosine.capabilities.scores_vectors and not CachedReranker(cosine, None).capabilities.scores_vectors
+    assert CrossEncoderReranker.capabilities.scores_pairs
+    check_capabilities(NoGenerator(), "generator")
+    assert not NoGenerator.capabilities.generates and OpenAIGenerator.capabilities.generates
+
+    class Liar:
+        capabilities = Capabilities(scores_pairs=True)
+
+    with pytest.raises(TypeError, match="declares scores_pairs but has no score_pairs"):
+        check_capabilities(Liar(), "reranker")
+    with pytest.raises(TypeError, match="declares no capabilities"):
+        check_capabilities(object(), "generator")
