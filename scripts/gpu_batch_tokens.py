@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from samelang.core.folder import replace_section
+from samelang.core.model_folder import replace_section
 from samelang.core.models.base_model import base_model_dir
 from samelang.core.models.encoder import Encoder
 from samelang.core.runtime.precision import EngineOptions, cpu_summary

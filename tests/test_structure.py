@@ -1,7 +1,7 @@
 """The house rules that code review kept repeating, checked.
 
 * One package, in floors, each importing only from the floors below it:
-  ground (``samelang.ground``: atomic writes, text checks, language identification, the model
+  ground floor (``samelang.primitives``: atomic writes, text checks, language identification, the model
   identity record; ``samelang.corpora``: every data set's reader and the records all layers share)
   <- ``indexes`` <- ``core`` (models, runtime, the model catalogue) <- ``retrieval`` (the engine every dialect
   calls, no HTTP types) <- ``service`` (HTTP and the server process) <- ``evaluation`` (the judge: it goes
@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "samelang"
 # what each layer may import from the project (a module of a layer may import its own layer)
 FLOORS = (
-    ("samelang.ground", "samelang.corpora"),
+    ("samelang.primitives", "samelang.corpora"),
     ("samelang.indexes",),
     ("samelang.core",),
     ("samelang.retrieval",),
@@ -41,10 +41,15 @@ FLOORS = (
 # the service beside the judge and the trainers (it measures served code, never trains)
 ALLOWED = {pkg: {p for floor in FLOORS[: i + 1] for p in floor} for i, names in enumerate(FLOORS) for pkg in names}
 ALLOWED["samelang.bench"] = {p for floor in FLOORS[:5] for p in floor} | {"samelang.bench"}
-ALLOWED["samelang.ground"] = {"samelang.ground"}  # the helpers of the ground floor import nothing of ours
+ALLOWED["samelang.primitives"] = {"samelang.primitives"}  # the helpers of the ground floor import nothing of ours
 # what an index needs of the corpora to build one: the records and the JSONL reader of a user's own documents,
 # the text checks, and XQuAD (the bundled demo index). No training corpus reader.
-INDEXES_MAY_READ = {"samelang.corpora", "samelang.corpora.records", "samelang.corpora.jsonl", "samelang.ground.text"}
+INDEXES_MAY_READ = {
+    "samelang.corpora",
+    "samelang.corpora.records",
+    "samelang.corpora.jsonl",
+    "samelang.primitives.text",
+}
 MAX_FUNCTION_LINES = 60
 MAX_MODULE_LINES = 450
 MAX_CLASS_LINES = 250
@@ -224,6 +229,27 @@ def test_no_capability_probing_outside_the_model_layer():
     assert not wrong, wrong
 
 
+TRAINERS = ("samelang.training.biencoder", "samelang.training.lamar", "samelang.training.reader")
+LOOP_CALLS = {"optimiser_step", "backward", "setup", "save_checkpoint"}  # what only the one loop calls
+
+
+def test_the_trainers_run_on_the_one_loop():
+    """Steps, optimiser, checkpoints and evaluation live in ``samelang.training.trainer.fit``: each trainer
+    calls it, and no other module of the package steps an optimiser or writes a checkpoint itself
+    (``samelang adapt`` trains through the bi-encoder's trainer)."""
+    modules = _modules(ROOT, "samelang")
+    calls = {}
+    for module, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call):
+                name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
+                calls.setdefault(module, set()).add(name)
+    assert all("fit" in calls[t] for t in TRAINERS), {t: sorted(calls[t] & {"fit"}) for t in TRAINERS}
+    assert "train_biencoder" in calls["samelang.training.adapt"]
+    stepping = {m: sorted(c & LOOP_CALLS) for m, c in calls.items() if c & LOOP_CALLS}
+    assert set(stepping) == {"samelang.training.trainer"}, stepping
+
+
 def test_indexes_read_no_training_corpus():
     """``indexes/`` holds index code: of the corpora it imports only what building an index needs (the
     records, a user's JSONL, the text checks), never a training corpus reader."""
@@ -315,9 +341,9 @@ def test_no_history_words_in_the_package():
 
 
 def test_the_model_folder_format_has_one_owner():
-    """The file names of a model folder appear in samelang/core/folder.py only."""
+    """The file names of a model folder appear in samelang/core/model_folder.py only."""
     names = ("adapter_config.json", "samelang_manifest.json", "inference.json")
-    owner = PACKAGE / "core" / "folder.py"
+    owner = PACKAGE / "core" / "model_folder.py"
     found = [
         f"{path.relative_to(ROOT)}: {name}"
         for path in [*PACKAGE.rglob("*.py"), *(ROOT / "scripts").rglob("*.py")]

@@ -35,12 +35,12 @@ import numpy as np
 
 from samelang.bench.common import TINY_LANGS, BenchConfig, serve_command
 from samelang.bench.http_load import ServerProcess, free_port
-from samelang.bench.soak import payloads, sample_rss
+from samelang.bench.soak import payloads, sample_rss, weighted_kinds
 from samelang.core import catalogue as R
 from samelang.corpora import Document, load_xquad
-from samelang.ground.langid import get_identifier
 from samelang.indexes.stores import StoreSpec
 from samelang.indexes.writes import add_documents, delete_documents, export_index
+from samelang.primitives.langid import get_identifier
 from samelang.service.config import ServiceSettings
 
 BURST = 200  # the burst: 200 searches at once
@@ -201,11 +201,10 @@ class Writer:
 async def _traffic(url: str, pid: int, seconds: float, concurrency: int, index_langs, seed: int) -> dict:
     model = httpx.get(f"{url}/v1/models", timeout=30).raise_for_status().json()["data"][0]["id"]
     rng, data = random.Random(seed), mixed_payloads(index_langs, model)
-    kinds = [k for k, w in MIX for _ in range(w)]
+    kinds = weighted_kinds(MIX)
     stats = {k: {"requests": 0, "ok": [], "rejected": [], "errors": []} for k, _ in MIX}
-    rss: list[tuple[float, float]] = []
-    start = time.monotonic()
-    deadline = start + seconds
+    rss: list[tuple[float, float]] = []  # (seconds since start, server RSS MB)
+    start, deadline = time.monotonic(), time.monotonic() + seconds
 
     async def worker(client: httpx.AsyncClient):
         while time.monotonic() < deadline:

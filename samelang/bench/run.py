@@ -59,16 +59,16 @@ from samelang.core.catalogue import (
     model_parts,
     open_encoder,
 )
+from samelang.core.models.cross_encoder import CrossEncoderReranker
 from samelang.core.models.encoder import Encoder
 from samelang.core.models.fused import is_fused_folder
-from samelang.core.models.reranker import CrossEncoderReranker
 from samelang.core.paths import PERFORMANCE_DOC
 from samelang.core.runtime.precision import EngineOptions, cpu_has_bf16, resolve
 from samelang.corpora import XQUAD_LANGS, load_xquad
-from samelang.ground.atomic import atomic_dir, atomic_write_text
 from samelang.indexes.generations import IndexNotFound, current_generation
 from samelang.indexes.index import open_index
 from samelang.indexes.writes import build_index
+from samelang.primitives.atomic import atomic_dir, atomic_write_text
 
 # ------------------------------------------------------------------------------------------ machine
 

@@ -30,6 +30,11 @@ def rss_mb(pid: int) -> float:
     raise RuntimeError(f"no VmRSS for pid {pid}")
 
 
+def weighted_kinds(mix) -> list[str]:
+    """Each kind of request as many times as its weight: what a worker's ``rng.choice`` draws from."""
+    return [k for k, w in mix for _ in range(w)]
+
+
 async def sample_rss(pid: int, start: float, deadline: float, into: list[tuple[float, float]]) -> None:
     """(seconds since ``start``, resident MB of ``pid``) every 2 s until ``deadline`` (``time.monotonic``)."""
     while time.monotonic() < deadline:
@@ -58,7 +63,7 @@ def payloads(index_langs: tuple[str, ...] = ("en", "zh")) -> dict[str, list[dict
 async def _soak(base_url: str, pid: int, seconds: float, concurrency: int, seed: int, index_langs) -> dict:
     rng = random.Random(seed)
     data = payloads(index_langs)
-    kinds = [k for k, w in MIX for _ in range(w)]
+    kinds = weighted_kinds(MIX)
     route = {"search_rerank": "/search"}
     stats = {k: {"requests": 0, "errors": 0, "latencies": []} for k, _ in MIX}
     stats["hang_up"] = {"requests": 0, "errors": 0, "latencies": []}

@@ -32,9 +32,9 @@ def build_app(full: bool = True) -> typer.Typer:
     app.add_typer(index_app, name="index")
     app.command("serve")(serve)
     if full:
-        from samelang.bench.cli import bench  # deferred: keeps the bench (faiss, numpy) out of start-up
-        from samelang.evaluation.cli import eval_app  # deferred: keeps the judge's imports out of start-up
-        from samelang.training.cli import adapt_cmd, data_app, train_app  # deferred: keeps torch out of start-up
+        from samelang.cli.bench import bench  # deferred: keeps the bench (faiss, numpy) out of start-up
+        from samelang.cli.evaluate import eval_app  # deferred: keeps the judge's imports out of start-up
+        from samelang.cli.train import adapt_cmd, data_app, train_app  # deferred: keeps torch out of start-up
         # (it also joins `eval biencoder-ablation`, which trains, to eval_app)
 
         app.add_typer(train_app, name="train")

@@ -142,7 +142,7 @@ def models_vllm_args(
 @models_app.command("info")
 def models_info(home: Path = typer.Option(None, help=HOME_HELP, show_default=False)) -> None:
     """Show the prepared models' manifests."""
-    from samelang.core.folder import (
+    from samelang.core.model_folder import (
         read_manifest,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
     )
     from samelang.core.models.base_model import (
@@ -181,14 +181,14 @@ def index_build(cfg: IndexBuildOptions) -> None:
         load_documents_jsonl,
         load_xquad,
     )
-    from samelang.ground.langid import (
-        get_identifier,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
-    )
     from samelang.indexes.vectors import (
         IndexSpec,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
     )
     from samelang.indexes.writes import (
         build_index,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
+    )
+    from samelang.primitives.langid import (
+        get_identifier,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
     )
     from samelang.service.bulk import (
         embed_with_ray,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
@@ -223,11 +223,11 @@ def index_add(cfg: IndexAddOptions) -> None:
     from samelang.corpora import (
         load_documents_jsonl,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
     )
-    from samelang.ground.langid import (
-        get_identifier,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
-    )
     from samelang.indexes.writes import (
         add_documents,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
+    )
+    from samelang.primitives.langid import (
+        get_identifier,  # deferred: keeps faiss, numpy and the models out of the CLI's start-up
     )
 
     docs = load_documents_jsonl(cfg.input)

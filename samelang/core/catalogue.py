@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from samelang.core.folder import adapter_saved_modules, is_adapter, model_fingerprint, read_manifest
+from samelang.core.model_folder import adapter_saved_modules, is_adapter, model_fingerprint, read_manifest
 from samelang.core.models.base_model import base_model_dir, ensure_base_model
 from samelang.core.models.encoder import Encoder
 from samelang.core.models.fused import FusedEncoder, FusionConfig, fused_fingerprint, is_fused_folder, joined_tag

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from samelang.corpora.records import Document, LabelledQuery
-from samelang.ground.text import text_problem
+from samelang.primitives.text import text_problem
 
 
 class CorpusFormatError(ValueError):

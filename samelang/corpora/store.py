@@ -19,7 +19,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from samelang.corpora.sources import SOURCES, Source, SourceFile
-from samelang.ground.atomic import atomic_dir
+from samelang.primitives.atomic import atomic_dir
 
 IMPORT_HINT = "run `samelang data fetch` (offline: `samelang data import --snapshots DIR`)"
 

@@ -24,17 +24,17 @@ from pydantic import Field
 from tqdm.auto import tqdm
 
 from samelang.core.catalogue import SERVED_DEFAULTS, default_reader, served_defaults
-from samelang.core.folder import replace_section, write_card_section
 from samelang.core.metrics.answers import answer_f1, exact_match
+from samelang.core.model_folder import replace_section, write_card_section
 from samelang.core.models.reader import ExtractiveReader
 from samelang.core.options import StrList
 from samelang.core.runtime.precision import cpu_summary
 from samelang.corpora import XQUAD_LANGS, load_xquad
+from samelang.evaluation.cached_models import bootstrap_ci
 from samelang.evaluation.collection_shapes import ShapeJudge
 from samelang.evaluation.common import EvalOptions, Report
-from samelang.evaluation.memo import bootstrap_ci
 from samelang.evaluation.serving_rule import ShapeRow
-from samelang.ground.atomic import atomic_write_text
+from samelang.primitives.atomic import atomic_write_text
 from samelang.service.components import Components, load_components
 from samelang.service.config import ServiceSettings
 

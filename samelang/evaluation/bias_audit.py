@@ -22,12 +22,12 @@ import numpy as np
 from pydantic import Field
 
 from samelang.core.catalogue import REPO_MODELS
-from samelang.core.folder import replace_section
 from samelang.core.metrics.language_bias import language_bias
+from samelang.core.model_folder import replace_section
 from samelang.core.runtime.precision import cpu_summary
+from samelang.evaluation.cached_models import bootstrap_ci
 from samelang.evaluation.collection_shapes import RERANK_PER_LANG, ShapeJudge
 from samelang.evaluation.common import EvalOptions
-from samelang.evaluation.memo import bootstrap_ci
 from samelang.evaluation.serving_rule import ShapeRow
 from samelang.retrieval.diagnosis import BIAS_K, diagnose, live_rows, sample_queries
 from samelang.retrieval.options import SearchOptions

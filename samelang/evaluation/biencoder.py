@@ -25,7 +25,7 @@ from pydantic import Field
 from tqdm.auto import tqdm
 
 from samelang.core import metrics as M
-from samelang.core.folder import EVAL_RESULTS, write_card_section
+from samelang.core.model_folder import EVAL_RESULTS, write_card_section
 from samelang.core.models.base_model import ensure_base_model
 from samelang.core.models.encoder import Encoder
 from samelang.core.models.model_card import DATA_AND_LICENCES, EVAL_HEADING
@@ -34,7 +34,7 @@ from samelang.core.runtime.precision import EngineOptions
 from samelang.core.settings import settings
 from samelang.corpora import XQUAD_LANGS, load_xquad
 from samelang.evaluation.common import EvalOptions, Report
-from samelang.ground.atomic import atomic_write_bytes, atomic_write_text
+from samelang.primitives.atomic import atomic_write_bytes, atomic_write_text
 
 TARGETS = tuple(x for x in XQUAD_LANGS if x != "en")
 

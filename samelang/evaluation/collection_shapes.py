@@ -7,10 +7,10 @@ construction over one split's XQuAD paragraphs (train articles tune and select, 
 at least one version), ``one`` (one language each), ``mono`` (each language alone). Metrics, in %: ``found@1``,
 ``reader@1``, ``cross@1``, ``same_language_first`` (lower is better), ``found@10`` and the parallel pool's
 reader-gold nDCG and MRR; each shape's primary metric is what the serving rule averages. Model outputs are
-memoised; reranked rows run on :data:`RERANK_PER_LANG` fixed
-questions per language with cached scores (:class:`~.memo.CachedReranker`) and are compared with their retriever on
-those questions; p50 is timed with the real models on :data:`LATENCY_PER_LANG` questions per language over the
-partial index (the users' shape). The shapes and metrics are spelled out in ``docs/evaluation.md``.
+memoised; reranked rows run on :data:`RERANK_PER_LANG` fixed questions per language with cached scores
+(:class:`~.cached_models.CachedReranker`) and are compared with their retriever on those questions; p50 is timed
+with the real models on :data:`LATENCY_PER_LANG` questions per language over the partial index (the users' shape).
+The shapes and metrics are spelled out in ``docs/evaluation.md``.
 """
 
 from __future__ import annotations
@@ -26,17 +26,17 @@ from tqdm.auto import tqdm
 
 from samelang.core.catalogue import open_encoder, resolve_model
 from samelang.core.metrics import audit as A
+from samelang.core.models.cross_encoder import CosineReranker
 from samelang.core.models.generation import NoGenerator
-from samelang.core.models.reranker import CosineReranker
 from samelang.core.runtime.precision import EngineOptions
 from samelang.corpora import XQUAD_LANGS, load_xquad
 from samelang.corpora.records import Document
 from samelang.evaluation.biencoder import embed_xquad
-from samelang.evaluation.memo import CachedReranker, MemoEncoder, bootstrap_ci, search_p50_ms
+from samelang.evaluation.cached_models import CachedReranker, MemoEncoder, bootstrap_ci, search_p50_ms
 from samelang.evaluation.serving_rule import PRIMARY, SHAPES, ShapeRow
-from samelang.ground.langid import get_identifier
 from samelang.indexes.index import open_index
 from samelang.indexes.writes import build_index
+from samelang.primitives.langid import get_identifier
 from samelang.retrieval.limits import Limits
 from samelang.retrieval.options import Defaults, SearchOptions
 from samelang.retrieval.pipeline import Pipeline

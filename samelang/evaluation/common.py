@@ -2,7 +2,7 @@
 
 An evaluation is an object built from its options (declared once, :mod:`samelang.core.options`) that
 owns its scoring, its caches and the sections it writes (results folder, model cards, docs/evaluation.md);
-``samelang/evaluation/cli.py`` only parses arguments and calls :meth:`Evaluation.run`-style methods.
+``samelang/cli/evaluate.py`` only parses arguments and calls :meth:`Evaluation.run`-style methods.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from samelang.core.settings import default_home
-from samelang.ground.atomic import atomic_write_bytes, atomic_write_text
+from samelang.primitives.atomic import atomic_write_bytes, atomic_write_text
 
 
 class EvalOptions(BaseSettings):

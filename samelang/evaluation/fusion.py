@@ -21,15 +21,15 @@ import numpy as np
 from pydantic import Field
 
 from samelang.core.catalogue import BASE, REPO_MODELS
-from samelang.core.folder import read_training_args
+from samelang.core.model_folder import read_training_args
 from samelang.core.models.base_model import ensure_base_model
 from samelang.core.models.encoder import Encoder
 from samelang.core.options import StrList
 from samelang.corpora import XQUAD_LANGS, dev_articles, load_split, load_xquad
 from samelang.evaluation.biencoder import embed_xquad
 from samelang.evaluation.common import EvalOptions, Report
-from samelang.ground.atomic import atomic_write_text, cached_array
 from samelang.indexes.lexical import LexicalIndex
+from samelang.primitives.atomic import atomic_write_text, cached_array
 from samelang.retrieval.candidates import fuse
 
 WEIGHTS = (0.0, 0.02, 0.04, 0.06, 0.08, 0.1, 0.12, 0.15, 0.2, 0.3)

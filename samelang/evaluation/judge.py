@@ -15,6 +15,7 @@ import json
 import re
 import time
 from dataclasses import replace
+from importlib.resources import files
 from pathlib import Path
 
 import httpx
@@ -27,7 +28,7 @@ from samelang.core.catalogue import (
     shipped_biencoders,
     shipped_cross_encoders,
 )
-from samelang.core.folder import replace_section
+from samelang.core.model_folder import replace_section
 from samelang.core.runtime.precision import cpu_summary
 from samelang.corpora import dev_articles
 from samelang.corpora.store import CorpusMissing
@@ -43,18 +44,16 @@ from samelang.evaluation.serving_rule import (
     to_json,
     write_serving,
 )
-from samelang.ground.atomic import atomic_write_text
+from samelang.primitives.atomic import atomic_write_text
 from samelang.service.components import Components, load_components
 from samelang.service.config import ServiceSettings
 
 DEV_ARTICLES = 3  # the trainers' default --dev-n-articles: the train articles no model here trains on
-# BM25 weights the shipped bi-encoders' hybrid rows run with (the fused grid's range,
-# scripts/experiments/fused_grid.py: 0.04 keeps more cross-language answers, 0.08 ranks the reader's language best)
-HYBRID_WEIGHTS = (0.04, 0.08)
-RERANK_KS = (20, 10)  # candidates a reranked row's cross-encoder scores (the served default first)
-# the retriever's weights beside a reranker's (z-scores; scripts/experiments/rerank_fusion.py's grid on the
-# dev articles put the best of the relevance-stage reranker between 1 and 4)
-RERANK_FUSIONS = (0.0, 1.0, 4.0)
+# the tuned grids, as data beside the command that chose each one and what it found (grids.json)
+GRIDS = json.loads(files("samelang.evaluation").joinpath("grids.json").read_text(encoding="utf-8"))
+HYBRID_WEIGHTS = tuple(GRIDS["hybrid_weights"]["value"])  # BM25 weights of the bi-encoders' hybrid rows
+RERANK_KS = tuple(GRIDS["rerank_ks"]["value"])  # candidates a reranked row's cross-encoder scores
+RERANK_FUSIONS = tuple(GRIDS["rerank_fusions"]["value"])  # the retriever's weights beside a reranker's
 
 
 def served_over_http(judge: ShapeJudge, row: ShapeRow, shipped: bool = False) -> dict:

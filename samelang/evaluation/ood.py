@@ -23,8 +23,8 @@ from tqdm.auto import tqdm
 from samelang.corpora.records import Document
 from samelang.corpora.store import CorpusStore
 from samelang.corpora.views import load_views
+from samelang.evaluation.cached_models import CachedReranker
 from samelang.evaluation.collection_shapes import ShapeJudge, summarise
-from samelang.evaluation.memo import CachedReranker
 from samelang.evaluation.serving_rule import ShapeRow
 from samelang.retrieval.options import SearchOptions
 

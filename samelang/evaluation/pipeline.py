@@ -2,14 +2,14 @@
 is the first passage the gold paragraph *in the reader's language*? Every row is a
 :class:`samelang.retrieval.pipeline.Pipeline` called as the routes call it (the served row also through a real HTTP
 server), over a real FAISS index of the pool (240 paragraphs x 12 languages); only the models' outputs are memoised,
-keyed so that a stale one is never reused (:mod:`.memo`). Rows: every retriever x reranker (``none``, the
+keyed so that a stale one is never reused (:mod:`.cached_models`). Rows: every retriever x reranker (``none``, the
 retriever's own cosine, each cross-encoder) x candidates (the top-20 ``documents`` or ``groups``), plus hybrid rows
 with a BM25 weight tuned on train articles (``models/fusion.json``). Metrics per query language and their mean:
 reader-gold nDCG@1, nDCG@10, MRR@10, candidate recall@20, graded nDCG@10, Mono-Same nDCG@10, bilingual Max@R and
 Comp@10, p50 latency. Cross-encoder rows run on a fixed sample (:func:`sample_indices`) unless ``full``; every row is
 also reported on it; 95% intervals are percentile bootstraps over queries (``docs/evaluation.md`` has the details).
 Long because it is the evaluation's specification (rows, metrics, samples); the report and the memoised models are
-apart (:mod:`.pipeline_table`, :mod:`.memo`).
+apart (:mod:`.pipeline_table`, :mod:`.cached_models`).
 """
 
 from __future__ import annotations
@@ -28,16 +28,16 @@ from tqdm.auto import tqdm
 from samelang.core.catalogue import ALIGNED_BIENCODER, BASE, LAMAR_RERANKER, ensure_demo_index, served_defaults
 from samelang.core.metrics import audit as A
 from samelang.core.models.base_model import ensure_base_model
+from samelang.core.models.cross_encoder import CosineReranker
 from samelang.core.models.encoder import Encoder
 from samelang.core.models.generation import NoGenerator
-from samelang.core.models.reranker import CosineReranker
 from samelang.core.options import StrList
 from samelang.core.runtime.precision import EngineOptions
 from samelang.corpora import XQUAD_LANGS, load_xquad
 from samelang.corpora.store import CorporaOption
 from samelang.evaluation.biencoder import embed_xquad
+from samelang.evaluation.cached_models import CachedReranker, MemoEncoder, bootstrap_ci, search_p50_ms
 from samelang.evaluation.common import EvalOptions, Report
-from samelang.evaluation.memo import CachedReranker, MemoEncoder, bootstrap_ci, search_p50_ms
 from samelang.evaluation.pipeline_table import (
     STRATEGIES,
     Row,
@@ -46,8 +46,8 @@ from samelang.evaluation.pipeline_table import (
     markdown,
     write_doc_section,
 )
-from samelang.ground.langid import get_identifier
 from samelang.indexes.index import open_index
+from samelang.primitives.langid import get_identifier
 from samelang.retrieval.limits import Limits
 from samelang.retrieval.options import Defaults, SearchOptions
 from samelang.retrieval.pipeline import Pipeline

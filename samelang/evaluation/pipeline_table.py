@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from samelang.core.folder import replace_section
+from samelang.core.model_folder import replace_section
 from samelang.core.runtime.precision import cpu_summary
 
 GRADED_TIE = 1.0  # graded nDCG@10 points within which tied rows count as equal (best_row)

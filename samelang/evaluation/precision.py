@@ -7,7 +7,7 @@ bi-encoder; oracle nDCG@1 and Mono-Same nDCG@10 for the reranker (the seed-002 s
 ``max_questions`` questions per language). A choice, so the questions are the TRAIN articles' (the
 test articles judge the served pipeline, they never select). The choice and the table go into the
 model folder's inference record under ``cpu:<class>`` (read by ``precision=auto``;
-:mod:`samelang.core.folder`) and its card; the base model's record ships in
+:mod:`samelang.core.model_folder`) and its card; the base model's record ships in
 ``models/multilingual-e5-small/`` since its folder is converted on each machine.
 """
 
@@ -20,10 +20,10 @@ from pathlib import Path
 from pydantic import Field
 
 from samelang.core.catalogue import default_cross_encoder, default_weights
-from samelang.core.folder import SHIPPED_RECORDS, record_precision, write_card_section
+from samelang.core.model_folder import SHIPPED_RECORDS, record_precision, write_card_section
 from samelang.core.models.base_model import BASE_MODEL_NAME
+from samelang.core.models.cross_encoder import CrossEncoderReranker
 from samelang.core.models.encoder import Encoder
-from samelang.core.models.reranker import CrossEncoderReranker
 from samelang.core.options import StrList
 from samelang.core.runtime.precision import EngineOptions, cpu_has_bf16, cpu_model, cpu_summary, precision_device
 from samelang.core.settings import settings

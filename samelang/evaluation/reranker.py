@@ -25,21 +25,21 @@ from typing import Literal, NamedTuple
 import numpy as np
 from pydantic import Field
 
-from samelang.core import folder
 from samelang.core import metrics as M
+from samelang.core import model_folder
 from samelang.core.catalogue import default_cross_encoder, default_weights
-from samelang.core.folder import EVAL_RESULTS, write_card_section
+from samelang.core.model_folder import EVAL_RESULTS, write_card_section
 from samelang.core.models.base_model import ensure_base_model
+from samelang.core.models.cross_encoder import CrossEncoderReranker
 from samelang.core.models.encoder import Encoder
 from samelang.core.models.model_card import EVAL_HEADING
-from samelang.core.models.reranker import CrossEncoderReranker
 from samelang.core.options import PathList, StrList
 from samelang.core.runtime.precision import EngineOptions
 from samelang.core.settings import settings
 from samelang.corpora import XQUAD_LANGS, load_xquad
 from samelang.evaluation.biencoder import Embeddings, embed_xquad
 from samelang.evaluation.common import EvalOptions, Report
-from samelang.ground.atomic import atomic_write_text, cached_array
+from samelang.primitives.atomic import atomic_write_text, cached_array
 
 TOP_K = 20
 
@@ -219,10 +219,10 @@ def markdown(results: dict[str, dict]) -> str:
 def training_summary(model_dir) -> dict:
     """What an ablation row needs from a trained model's ``training_args.json`` / ``history.json``."""
 
-    a = folder.read_training_args(model_dir)
+    a = model_folder.read_training_args(model_dir)
     if a is None:
         return {}
-    history = folder.read_history(model_dir)
+    history = model_folder.read_history(model_dir)
     steps = len(history) if history is not None else None
     out = {k: a.get(k) for k in ("stage", "objective", "lambda_lc", "teacher", "batch_size", "lr", "max_length")}
     return {**out, "steps": steps, "instances": a.get("n_instances"), "train_seconds": a.get("train_seconds")}

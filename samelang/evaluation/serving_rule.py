@@ -12,7 +12,7 @@ import numpy as np
 
 from samelang.core.catalogue import REPO_MODELS
 from samelang.corpora import XQUAD_LANGS
-from samelang.ground.atomic import atomic_write_text
+from samelang.primitives.atomic import atomic_write_text
 
 SHAPES = ("parallel", "partial", "one", "mono")
 PRIMARY = {"parallel": "ndcg_at_1", "partial": "found_at_1", "one": "found_at_1", "mono": "ndcg_at_10"}

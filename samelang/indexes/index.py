@@ -14,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 
-from samelang.ground.identity import ModelInfo
 from samelang.indexes import vectors as V
 from samelang.indexes.docstore import DocStore
 from samelang.indexes.generations import (
@@ -30,6 +29,7 @@ from samelang.indexes.generations import (
 from samelang.indexes.lexical import FOLDER as LEXICAL
 from samelang.indexes.lexical import Analyzer, LexicalIndex
 from samelang.indexes.stores import FaissStore, MilvusStore, VectorStore
+from samelang.primitives.identity import ModelInfo
 
 
 @dataclass

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import numpy as np
 
-from samelang.ground.identity import ModelInfo
 from samelang.indexes import vectors as V
 from samelang.indexes.docstore import DocStore
 from samelang.indexes.generations import current_generation, writer_lock
 from samelang.indexes.lexical import Analyzer
 from samelang.indexes.writes import _commit, _lexical_record
+from samelang.primitives.identity import ModelInfo
 
 
 class IndexChanged(RuntimeError):

@@ -23,8 +23,6 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from samelang.corpora.records import Document
-from samelang.ground.atomic import atomic_dir, atomic_write_text
-from samelang.ground.identity import ModelInfo
 from samelang.indexes import vectors as V
 from samelang.indexes.docstore import DocStore, StoredDoc
 from samelang.indexes.generations import (
@@ -44,6 +42,8 @@ from samelang.indexes.index import check_analyzer, check_model, open_index
 from samelang.indexes.lexical import FOLDER as LEXICAL
 from samelang.indexes.lexical import K1, Analyzer, B, LexicalIndex
 from samelang.indexes.stores import MILVUS_SCHEMA, MilvusStore, StoreSpec, milvus_client
+from samelang.primitives.atomic import atomic_dir, atomic_write_text
+from samelang.primitives.identity import ModelInfo
 
 Embed = Callable[[list[str]], np.ndarray]
 

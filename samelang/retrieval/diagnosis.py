@@ -13,8 +13,8 @@ from dataclasses import asdict, replace
 
 import numpy as np
 
+from samelang.core import budget
 from samelang.core import metrics as M
-from samelang.core import work
 from samelang.core.metrics import audit as A
 from samelang.core.metrics.language_bias import language_bias
 from samelang.retrieval.errors import BadRequest
@@ -101,7 +101,7 @@ def diagnose(
     qvecs = pipe.encoder.encode_queries([q.query for q in queries])  # one batched pass
     rankings, tops, qlangs = [], [], []
     for i, (q, qvec) in enumerate(zip(queries, qvecs)):
-        work.check()  # a spent budget or a gone client stops the audit between queries
+        budget.check()  # a spent budget or a gone client stops the audit between queries
         want = max(depth, bias_k) + (sources is not None)
         r = pipe.search(q.query, replace(opts, k=want, lang=q.lang or None), qvec=qvec[None, :])
         hits = [h for h in r.hits if sources is None or h.doc.row != sources[i]]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from samelang.core.models.reranker import BI_ENCODER_COSINE
+from samelang.core.models.cross_encoder import BI_ENCODER_COSINE
 from samelang.indexes.vectors import normalise
 from samelang.retrieval.errors import BadRequest
 

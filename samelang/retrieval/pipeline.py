@@ -14,8 +14,8 @@ import numpy as np
 
 from samelang.core.models.contracts import Reranker, TextEncoder
 from samelang.core.models.generation import GeneratorRefused, GeneratorUnavailable, join_answer
-from samelang.ground.langid import LanguageIdentifier
 from samelang.indexes.index import OpenIndex
+from samelang.primitives.langid import LanguageIdentifier
 from samelang.retrieval.candidates import Candidates, RowRetriever, preference
 from samelang.retrieval.errors import AnswerUnavailable, BadRequest
 from samelang.retrieval.hits import Answered, Hit, Ranked

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from samelang.core import work
+from samelang.core import budget
 
 
 @dataclass
@@ -60,14 +60,14 @@ class MicroBatcher:
             raise RuntimeError("the micro-batcher is closed")
         if len(items) == 0:
             return np.asarray(self.fn([]))
-        work.check()  # a cancelled request adds no work
+        budget.check()  # a cancelled request adds no work
         job = _Job(list(items))
         self._queue.put(job)
         while True:  # the batch runs on; a caller whose request is cancelled stops waiting for it
             try:
                 return job.future.result(timeout=0.1)
             except TimeoutError:
-                work.check()
+                budget.check()
 
     def close(self) -> None:
         if not self._closed:

@@ -15,14 +15,14 @@ import faiss
 from samelang.core import catalogue
 from samelang.core.catalogue import SERVED_DEFAULTS
 from samelang.core.models.contracts import check_capabilities
+from samelang.core.models.cross_encoder import CosineReranker, CrossEncoderReranker
 from samelang.core.models.generation import LlamaCppGenerator, NoGenerator, OpenAIGenerator
 from samelang.core.models.reader import ExtractiveReader
-from samelang.core.models.reranker import CosineReranker, CrossEncoderReranker
 from samelang.core.resources import LoadLedger, rss_mb
 from samelang.corpora import XQUAD_LANGS
-from samelang.ground.langid import get_identifier
 from samelang.indexes.index import OpenIndex, open_index
 from samelang.indexes.vectors import set_search_threads
+from samelang.primitives.langid import get_identifier
 from samelang.retrieval.limits import Limits
 from samelang.retrieval.options import SearchParams
 from samelang.retrieval.pipeline import Pipeline

@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import Field
 
 from samelang.core.settings import Settings, settings
-from samelang.ground.langid import DEFAULT_DETECT_LANGS
+from samelang.primitives.langid import DEFAULT_DETECT_LANGS
 from samelang.retrieval.limits import Limits
 from samelang.retrieval.options import Defaults
 

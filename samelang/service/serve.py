@@ -45,9 +45,9 @@ def prepare_serving(cfg: ServiceSettings) -> None:
     under ``$SAMELANG_HOME``)."""
     # deferred (every import below): keeps faiss, numpy and the models out of the CLI's start-up
     from samelang.core import catalogue as R  # deferred: see above
+    from samelang.core.models.cross_encoder import CrossEncoderReranker  # deferred: see above
     from samelang.core.models.gemma_checkpoint import prepare_generator  # deferred: see above
     from samelang.core.models.reader import ExtractiveReader  # deferred: see above
-    from samelang.core.models.reranker import CrossEncoderReranker  # deferred: see above
     from samelang.core.runtime.engine import cache_dir  # deferred: see above
     from samelang.core.runtime.onnx_export import export_pending  # deferred: see above
 

@@ -10,11 +10,11 @@ from pathlib import Path
 
 from pydantic import Field
 
-from samelang.core.folder import read_history, read_training_args
+from samelang.core.model_folder import read_history, read_training_args
 from samelang.core.options import StrList, parse_options
 from samelang.evaluation.biencoder import BiencoderEvalOptions, BiencoderEvaluation, markdown, markdown_ablation
 from samelang.evaluation.common import EvalOptions, Report
-from samelang.ground.atomic import atomic_write_text
+from samelang.primitives.atomic import atomic_write_text
 from samelang.training.biencoder import BiencoderArgs, train_biencoder
 
 ABLATION_LOSSES = ("jsd+nce", "nce", "jsd", "nce-psg")

@@ -26,7 +26,7 @@ import numpy as np
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from samelang.core import folder
+from samelang.core import model_folder
 from samelang.core.catalogue import model_parts, open_encoder, resolve_model, served_defaults
 from samelang.core.models.fused import FusionConfig, is_fused_folder, write_calibration
 from samelang.core.settings import default_home
@@ -35,10 +35,10 @@ from samelang.corpora.records import Document
 from samelang.evaluation.collection_shapes import ShapeJudge
 from samelang.evaluation.judge import DEV_ARTICLES
 from samelang.evaluation.serving_rule import PRIMARY, ShapeRow
-from samelang.ground.atomic import atomic_write_text
 from samelang.indexes.index import open_index
 from samelang.indexes.reembed import reembed_index
 from samelang.indexes.writes import build_index
+from samelang.primitives.atomic import atomic_write_text
 from samelang.training import adapt_data as D
 from samelang.training.biencoder import BiencoderArgs, train_biencoder
 from samelang.training.data import AlignPair
@@ -163,10 +163,10 @@ class Adaptation:
     def train(self, data: dict) -> Path:
         target, _ = self.target()
         out = self.work / "encoder"
-        if (out / folder.TRAINING_ARGS).exists() and not (out / "checkpoints").exists():
+        if (out / model_folder.TRAINING_ARGS).exists() and not (out / "checkpoints").exists():
             self.log(f"adapted encoder: {out} (trained by an earlier run)")
             return out
-        adapter = folder.is_adapter(target)
+        adapter = model_folder.is_adapter(target)
         args = BiencoderArgs(
             out=out, init=str(target) if adapter else None, base=None if adapter else str(target),
             per_lang=self.opts.per_lang, batch_size=self.opts.batch_size, lr=self.opts.lr, seed=self.opts.seed,

@@ -23,7 +23,7 @@ from samelang.evaluation.collection_shapes import ShapeJudge
 from samelang.evaluation.common import EvalOptions, Report
 from samelang.evaluation.ood import OutOfDomain, ood_table
 from samelang.evaluation.serving_rule import ShapeRow
-from samelang.ground.atomic import atomic_write_text
+from samelang.primitives.atomic import atomic_write_text
 from samelang.training.adapt import Adaptation, AdaptOptions
 
 SECTION = "## Adapting to a collection (`samelang eval adapt`)"

@@ -1,8 +1,8 @@
 """Trainer of the cross-lingually aligned bi-encoder: ``L = L_JSD + L_NCE`` (seed 000).
 
 One command on CPU (small runs, bf16 autocast where the CPU has it) and on GPUs
-(bf16; several GPUs with ``torchrun --nproc_per_node N``, DDP). A plain torch
-loop: LoRA adapters via ``peft`` by default (a few MB, committed under
+(bf16; several GPUs with ``torchrun --nproc_per_node N``, DDP), on the one training
+loop (:mod:`samelang.training.trainer`): LoRA adapters via ``peft`` by default (a few MB, committed under
 ``models/``), or a full fine-tune (``--full``). Progress bar, periodic
 evaluation on a dev slice of the train articles, checkpoints with resume,
 fixed seeds, and ``training_args.json`` + a model card saved with the model.
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import shutil
-import time
 from pathlib import Path
 from typing import Literal
 
@@ -20,28 +19,28 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from pydantic import Field, model_validator
-from tqdm.auto import tqdm
 
-from samelang.core import folder, options
 from samelang.core import metrics as M
+from samelang.core import model_folder, options
 from samelang.core.models.loading import adapter_base
 from samelang.core.models.model_card import ModelCardData, render_model_card
 from samelang.core.runtime.heads import pool, read_st_config
 from samelang.corpora import dev_articles, load_xquad
 from samelang.corpora.views import Views
-from samelang.training import loop
+from samelang.training import runs
 from samelang.training.corpus import CorpusTrainingOptions
 from samelang.training.data import TARGET_LANGS, build_align_pairs, build_triplets, group_unique_batches
-from samelang.training.loop import OPERATIONAL
 from samelang.training.losses import InfoNCELoss, JSDLoss
 from samelang.training.relevance_first import RankingBatches, RankingGroup, RelevanceFirstOptions
+from samelang.training.runs import OPERATIONAL
+from samelang.training.trainer import Evaluator, Plan, fit
 from samelang.training.user_data import UserDataOptions
 
 QUERY, PASSAGE = "query", "passage"  # the roles whose prompts the base's config names
 
 
-class BiencoderArgs(loop.TrainerArgs, CorpusTrainingOptions, RelevanceFirstOptions, UserDataOptions):
-    """Options of ``samelang train biencoder`` (the shared ones in :class:`loop.TrainerArgs`)."""
+class BiencoderArgs(runs.TrainerArgs, CorpusTrainingOptions, RelevanceFirstOptions, UserDataOptions):
+    """Options of ``samelang train biencoder`` (the shared ones in :class:`runs.TrainerArgs`)."""
 
     base: str | None = Field(None, description="Base checkpoint folder (default: the converted multilingual-e5-small).")
     init: str | None = Field(
@@ -76,9 +75,6 @@ class BiencoderArgs(loop.TrainerArgs, CorpusTrainingOptions, RelevanceFirstOptio
         "L_JSD between a parallel passage in English and in another language.",
     )
     corpus_batch: int = Field(16, ge=2, description="With --corpus: QA rows, ICT queries and parallel pairs per step.")
-    max_minutes: float | None = Field(
-        None, gt=0, description="Stop after this many minutes of training steps (over resumes), then save the model."
-    )
 
     @model_validator(mode="after")
     def _hard_negatives_need_target_queries(self) -> BiencoderArgs:
@@ -106,8 +102,8 @@ class BiEncoderModule(torch.nn.Module):
         self.pooling, self.prompts = st["pooling"], {QUERY: st["query_prompt"], PASSAGE: st["passage_prompt"]}
         # the encoder's own dropout is off: on CPU it costs 3-4x in the forward pass (attention
         # falls back from SDPA to the math kernel), and LoRA brings its own dropout
-        model = AutoModel.from_pretrained(base, **loop.no_dropout(base), trust_remote_code=args.trust_remote_code)
-        if args.init and folder.is_adapter(args.init):
+        model = AutoModel.from_pretrained(base, **runs.no_dropout(base), trust_remote_code=args.trust_remote_code)
+        if args.init and model_folder.is_adapter(args.init):
             from peft import PeftModel  # deferred: keeps peft out of start-up
 
             model = PeftModel.from_pretrained(model, args.init, is_trainable=True)
@@ -116,7 +112,7 @@ class BiEncoderModule(torch.nn.Module):
 
             cfg = LoraConfig(
                 r=args.lora_r, lora_alpha=args.lora_alpha, lora_dropout=args.lora_dropout,
-                target_modules=loop.lora_targets(model), bias="none",
+                target_modules=runs.lora_targets(model), bias="none",
             )  # fmt: skip
             model = get_peft_model(model, cfg)
         self.model = model
@@ -231,34 +227,43 @@ def relevance_first_loss(module, rows: list[RankingGroup], nce: InfoNCELoss) -> 
     return nce(module([r.query for r in rows], QUERY), module(texts, PASSAGE), false)
 
 
-@torch.no_grad()
-def dev_eval(module, device, langs: list[str], articles: tuple[int, ...]) -> dict:
-    """Multi scenario on the dev slice (train articles held out of training)."""
-    module.eval()
-    en = load_xquad(["en"], split="train")
-    keep = [i for i, p in enumerate(en.paragraphs) if p.article in articles]
-    groups = [en.paragraphs[i].group for i in keep]
-    col = {g: i for i, g in enumerate(groups)}
-    out = {}
+class MaxRDev(Evaluator):
+    """Seed 000's Multi scenario on the dev slice (train articles held out of training): each question,
+    in English and in the target language, against the English and the target paragraphs; Max@R_norm
+    per pair and their average (``avg_max_r_norm``)."""
 
-    def emb(texts, prefix):
-        return F.normalize(module(texts, prefix).float(), dim=-1).cpu().numpy()
+    def __init__(self, every: int, langs: list[str], articles: tuple[int, ...]):
+        super().__init__(every)
+        self.langs, self.articles = langs, articles
 
-    p_en = emb([en.paragraphs[i].text for i in keep], PASSAGE)
-    for lang in langs:
-        x = load_xquad([lang], split="train")
-        p_t = emb([x.paragraphs[i].text for i in keep], PASSAGE)
-        pool = np.concatenate([p_en, p_t])
-        for qset, qlang in ((en, "en"), (x, lang)):
-            qs = [q for q in qset.questions if q.article in articles]
-            S = emb([q.text for q in qs], QUERY) @ pool.T
-            R = np.zeros_like(S)
-            for i, q in enumerate(qs):
-                R[i, col[q.group]] = R[i, len(keep) + col[q.group]] = 1
-            out[f"en+{lang}|{qlang}"] = float(M.max_at_r_norm(M.max_at_r(S, R), pool.shape[0], 2).mean())
-    module.train()
-    out["avg_max_r_norm"] = float(np.mean(list(out.values())))
-    return out
+    @torch.no_grad()
+    def __call__(self, module) -> dict:
+        module.eval()
+        articles, en = self.articles, load_xquad(["en"], split="train")
+        keep = [i for i, p in enumerate(en.paragraphs) if p.article in articles]
+        col = {g: i for i, g in enumerate(en.paragraphs[i].group for i in keep)}
+        out = {}
+
+        def emb(texts, prefix):
+            return F.normalize(module(texts, prefix).float(), dim=-1).cpu().numpy()
+
+        p_en = emb([en.paragraphs[i].text for i in keep], PASSAGE)
+        for lang in self.langs:
+            x = load_xquad([lang], split="train")
+            pool = np.concatenate([p_en, emb([x.paragraphs[i].text for i in keep], PASSAGE)])
+            for qset, qlang in ((en, "en"), (x, lang)):
+                qs = [q for q in qset.questions if q.article in articles]
+                S = emb([q.text for q in qs], QUERY) @ pool.T
+                R = np.zeros_like(S)
+                for i, q in enumerate(qs):
+                    R[i, col[q.group]] = R[i, len(keep) + col[q.group]] = 1
+                out[f"en+{lang}|{qlang}"] = float(M.max_at_r_norm(M.max_at_r(S, R), pool.shape[0], 2).mean())
+        module.train()
+        out["avg_max_r_norm"] = float(np.mean(list(out.values())))
+        return out
+
+    def line(self, step: int, result: dict) -> str:
+        return f"step {step}: dev Max@R_norm {result['avg_max_r_norm']:.2f}"
 
 
 class StepTerms:
@@ -274,7 +279,7 @@ class StepTerms:
                                                         exclude_articles=dev)  # fmt: skip
         self.align = build_align_pairs(args.langs, args.seed, args.tatoeba_per_lang) if args.tatoeba_per_lang else []
         self.views = args.training_views().split("train") if args.corpus else None
-        langs = ("en", *loop.langs_of(args.langs))
+        langs = ("en", *runs.langs_of(args.langs))
         self.ranking = RankingBatches(args.ranking_groups(self.views, args.home, args.seed, langs, dev, log=log),
                                       args.relevance_batch, args.seed)  # fmt: skip
         self.user = RankingBatches(args.user_pairs() + list(given_groups), args.batch_size, args.seed)
@@ -317,54 +322,33 @@ class StepTerms:
 
 
 def train_biencoder(args: BiencoderArgs, log=print, given=None) -> Path:
-    """Train, resuming from ``args.out/checkpoints``; ``given``: ``(groups, translation pairs, alone)`` a caller
-    mined (``samelang adapt``), learnt as ``nce_data`` and ``jsd_data`` (L_JSD between the two texts of a pair),
-    alone or beside the seed's triplets."""
-    rank, world, local_rank = loop.dist()
-    device = loop.device_for(args.device, local_rank)
-    loop.seed_all(args.seed)
+    """Train on the one loop (:func:`~samelang.training.trainer.fit`), resuming from ``args.out/checkpoints``;
+    ``given``: ``(groups, translation pairs, alone)`` a caller mined (``samelang adapt``), learnt as
+    ``nce_data`` and ``jsd_data`` (L_JSD between the two texts of a pair), alone or beside the seed's triplets."""
+    rank, world, local_rank, device = runs.start(args)
     base, named = start_from(args)
     dev = dev_articles(args.dev_n_articles)
     terms = StepTerms(args, dev, world, rank, log, given)
     total = args.max_steps or max(1, int(terms.steps_per_epoch * args.epochs))
     module = BiEncoderModule(base, args).to(device)
-    fwd, params, opt, sched, step, history = loop.setup(module, args, total, device, local_rank, world, log)
     dev_langs = [x for x in ("zh", "ar", "hi") if x in args.langs.split(",")] or args.langs.split(",")[:2]
-    t0 = time.perf_counter()
-    bar = tqdm(total=total, initial=step, desc=f"train biencoder ({args.loss})", disable=rank != 0)
-    while step < total and not loop.out_of_time(history, args.max_minutes, log):
-        started = time.perf_counter()
-        with loop.autocast(device, args.precision):
-            parts = terms(fwd, step)
-        step += 1
-        rec = loop.optimiser_step(parts, params, opt, sched, step, started)
-        bar.update(1)
-        bar.set_postfix({k: f"{v:.4f}" for k, v in rec.items() if k not in ("step", "lr", "seconds")})
-        if rank == 0 and dev and (step % args.eval_every == 0 or step == total):
-            with loop.autocast(device, args.precision):
-                rec["dev"] = dev_eval(module, device, dev_langs, dev)
-            log(f"step {step}: dev Max@R_norm {rec['dev']['avg_max_r_norm']:.2f}")
-        history.append(rec)
-        if rank == 0 and (step % args.save_every == 0) and step < total:
-            loop.save_checkpoint(args.out, step, module, opt, sched, history)
-    bar.close()
-    seconds = time.perf_counter() - t0
-    if rank == 0:
-        counts = {"n_triplets": len(terms.triplets), "n_pairs": len(terms.user.groups)}
+    counts = {"n_triplets": len(terms.triplets), "n_pairs": len(terms.user.groups)}
+
+    def save(history: list, seconds: float) -> None:
         _save_final(args, module, base, named, history, seconds, counts, world)
-        shutil.rmtree(args.out / "checkpoints", ignore_errors=True)
-    if world > 1:
-        torch.distributed.barrier()
-    return args.out
+
+    plan = Plan(f"train biencoder ({args.loss})", terms, save, keep=("lora_",),
+                evaluators=[MaxRDev(args.eval_every, dev_langs, dev)] if dev else [])  # fmt: skip
+    return fit(module, args, total, device, plan, log)
 
 
 def start_from(args: BiencoderArgs) -> tuple[str, str | None]:
     """The base the run's model is made of and the name its record gives it: ``--base`` (else the
     converted base), or for ``--init`` an adapter's own base (a full model is its own base)."""
-    if args.init and folder.is_adapter(args.init):
-        return str(adapter_base(args.init, args.home)), (folder.read_manifest(args.init) or {}).get("base")
+    if args.init and model_folder.is_adapter(args.init):
+        return str(adapter_base(args.init, args.home)), (model_folder.read_manifest(args.init) or {}).get("base")
     named = args.init or args.base
-    return loop.resolve_base(named, args), named
+    return runs.resolve_base(named, args), named
 
 
 def _save_final(
@@ -381,13 +365,13 @@ def _save_final(
         weights = ("model.safetensors",)
     else:
         module.model.save_pretrained(final)
-        weights = loop.finish_adapter_config(final, base, named)
-    loop.write_st_config(final, base, module.model.config.hidden_size)
+        weights = runs.finish_adapter_config(final, base, named)
+    runs.write_st_config(final, base, module.model.config.hidden_size)
     kind = "lora-adapter" if not args.full else "full"
     counts = {**counts, "steps": len(history)}
-    training_args = loop.write_run_files(final, args, base, history, seconds, world, counts, kind, weights, named=named)
-    loop.replace_contents(final, args.out)
-    folder.write_card(args.out, model_card(args, training_args, None))
+    training_args = runs.write_run_files(final, args, base, history, seconds, world, counts, kind, weights, named=named)
+    runs.replace_contents(final, args.out)
+    model_folder.write_card(args.out, model_card(args, training_args, None))
 
 
 def reproduce_command(args: BiencoderArgs) -> str:
@@ -432,7 +416,7 @@ def model_card(args: BiencoderArgs, training_args: dict, eval_markdown: str | No
             reproduce=[reproduce_command(args)],
             trained=f"Trained on {training_args['n_triplets']} triplets{_pairs(training_args)}, "
             f"{training_args.get('steps', '?')} steps x "
-            f"{args.batch_size}, in {loop.timing_line(training_args)} "
+            f"{args.batch_size}, in {runs.timing_line(training_args)} "
             f"(world size {training_args['world_size']}, torch {training_args['torch']}).",
             eval_command="samelang eval biencoder --model <this folder> --card",
             evaluation=eval_markdown,

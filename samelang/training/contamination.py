@@ -26,7 +26,7 @@ from samelang.core.settings import settings
 from samelang.corpora.views import CONTAMINATION_FILE, Views, load_views
 from samelang.corpora.xquad import XQUAD_LANGS, load_xquad
 from samelang.evaluation.biencoder import embed_xquad
-from samelang.ground.atomic import atomic_write_text, cached_array
+from samelang.primitives.atomic import atomic_write_text, cached_array
 from samelang.training.corpus import DataOptions
 
 START_THRESHOLD = 0.85

@@ -21,13 +21,13 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from samelang.core.catalogue import open_encoder, resolve_model, served_defaults, served_fingerprint
+from samelang.core.models.cross_encoder import CosineReranker
 from samelang.core.models.generation import NoGenerator
-from samelang.core.models.reranker import CosineReranker
 from samelang.corpora.records import Document
-from samelang.ground.atomic import atomic_write_text
-from samelang.ground.langid import get_identifier
 from samelang.indexes.index import open_index
 from samelang.indexes.writes import build_index
+from samelang.primitives.atomic import atomic_write_text
+from samelang.primitives.langid import get_identifier
 from samelang.retrieval.limits import Limits
 from samelang.retrieval.options import Defaults, SearchOptions
 from samelang.retrieval.pipeline import Pipeline

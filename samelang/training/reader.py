@@ -15,8 +15,6 @@ reproduces it.
 from __future__ import annotations
 
 import json
-import shutil
-import time
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +22,7 @@ import torch
 from pydantic import Field, model_validator
 from tqdm.auto import tqdm
 
-from samelang.core import folder, options
+from samelang.core import model_folder, options
 from samelang.core.metrics.answers import answer_f1, exact_match
 from samelang.core.models.base_model import ensure_base_model
 from samelang.core.models.loading import keep_layers
@@ -37,16 +35,17 @@ from samelang.core.models.reader import (
     write_reader_config,
 )
 from samelang.corpora import XQUAD_LANGS, dev_articles
-from samelang.training import loop
+from samelang.training import runs
 from samelang.training.corpus import CorpusTrainingOptions
 from samelang.training.reader_data import ReadingExample, build_reading_examples, dev_questions
+from samelang.training.trainer import Plan, epoch_batch, fit
 from samelang.training.user_data import UserDataOptions
 
 HEAD_MODULES = ["qa_outputs"]  # new in a converted bi-encoder: trained in full, saved with the adapter
 
 
-class ReaderArgs(loop.TrainerArgs, CorpusTrainingOptions, UserDataOptions):
-    """Options of ``samelang train reader`` (the shared ones in :class:`loop.TrainerArgs`)."""
+class ReaderArgs(runs.TrainerArgs, CorpusTrainingOptions, UserDataOptions):
+    """Options of ``samelang train reader`` (the shared ones in :class:`runs.TrainerArgs`)."""
 
     langs: str = Field(",".join(XQUAD_LANGS), description="XQuAD languages to train and calibrate on.")
     corpus: bool = Field(True, description="Also the corpus's QA sources with answer spans (samelang data import).")
@@ -110,7 +109,7 @@ class ReaderModule(torch.nn.Module):
         )
         if args.layers:
             keep_layers(model, args.layers)
-        self.model = continued(model, args) if args.init else model if args.full else loop.with_lora(
+        self.model = continued(model, args) if args.init else model if args.full else runs.with_lora(
             model, args, HEAD_MODULES)  # fmt: skip
         self.base = base
 
@@ -126,8 +125,8 @@ def continued(model, args: ReaderArgs):
     optimiser state is gone; a new stage warms up again over its own schedule)."""
     from peft import PeftModel  # deferred: keeps peft out of start-up
 
-    if not folder.is_adapter(args.init):
-        raise ValueError(f"--init {args.init}: not a LoRA reader (no {folder.ADAPTER_CONFIG}); train one with "
+    if not model_folder.is_adapter(args.init):
+        raise ValueError(f"--init {args.init}: not a LoRA reader (no {model_folder.ADAPTER_CONFIG}); train one with "
                          "samelang train reader --out DIR")  # fmt: skip
     return PeftModel.from_pretrained(model, str(args.init), is_trainable=True)
 
@@ -230,8 +229,10 @@ def dev_report(reader: ExtractiveReader, langs: tuple[str, ...], dev: tuple[int,
 
 
 def train_reader(args: ReaderArgs, log=print) -> Path:
-    rank, world, local_rank, device = loop.start(args)
-    home, langs = args.home, loop.langs_of(args.langs)
+    """Train on the one loop (:func:`~samelang.training.trainer.fit`); the dev report comes after, at the
+    calibrated threshold (the reader has no per-step evaluator: its threshold is chosen on the final model)."""
+    rank, world, local_rank, device = runs.start(args)
+    home, langs = args.home, runs.langs_of(args.langs)
     dev = dev_articles(args.dev_n_articles)
     if args.calibrate_only:
         return recalibrate(args, langs, dev, log)
@@ -242,47 +243,31 @@ def train_reader(args: ReaderArgs, log=print) -> Path:
         f"{len(data)} windows; held out: {args.hold_out or 'none'}")  # fmt: skip
     steps_per_epoch = max(1, len(data) // (args.batch_size * world))
     total = args.max_steps or max(1, int(steps_per_epoch * args.epochs))
-    fwd, params, opt, sched, step, history = loop.setup(module, args, total, device, local_rank, world, log)
-    t0 = time.perf_counter()
-    bar = tqdm(total=total, initial=step, desc="train reader", disable=rank != 0)
-    while step < total:
-        started = time.perf_counter()
-        epoch, pos = divmod(step, steps_per_epoch)
-        order = np.random.default_rng(args.seed + epoch).permutation(len(data))
-        start = (pos * world + rank) * args.batch_size
-        batch = collate([data[i] for i in order[start : start + args.batch_size]], module.tokenizer.pad_token_id)
-        with loop.autocast(device, args.precision):
-            parts = fwd(batch)
-        step += 1
-        rec = loop.optimiser_step(parts, params, opt, sched, step, started)
-        bar.update(1)
-        bar.set_postfix({"loss": f"{rec['loss']:.3f}"})
-        history.append(rec)
-        if rank == 0 and step % args.save_every == 0 and step < total:
-            loop.save_checkpoint(args.out, step, module, opt, sched, history, keep=("lora_", "modules_to_save"))
-    bar.close()
-    if rank == 0:
+
+    def terms(fwd, step: int) -> dict:
+        idx = epoch_batch(step, steps_per_epoch, len(data), args.batch_size, args.seed, world, rank)
+        return fwd(collate([data[i] for i in idx], module.tokenizer.pad_token_id))
+
+    def save(history: list, seconds: float) -> None:
         counts = {"n_instances": len(examples), "n_windows": len(data), "sources": source_counts(examples)}
-        _save_final(args, module, history, time.perf_counter() - t0, counts, world, langs, dev, log)
-        shutil.rmtree(args.out / "checkpoints", ignore_errors=True)
-    if world > 1:
-        torch.distributed.barrier()
-    return args.out
+        _save_final(args, module, history, seconds, counts, world, langs, dev, log)
+
+    return fit(module, args, total, device, Plan("train reader", terms, save), log)
 
 
 def _save_final(args: ReaderArgs, module: ReaderModule, history, seconds: float, counts: dict, world: int, langs, dev,
                 log=print) -> None:  # fmt: skip
     """Write the model folder atomically, then calibrate its threshold on the dev articles."""
-    final, adapter, weights = loop.save_model(args.out, module.model, module.tokenizer, module.base)
+    final, adapter, weights = runs.save_model(args.out, module.model, module.tokenizer, module.base)
     kind = "extractive-reader-lora-adapter" if adapter else "extractive-reader"
     counts = {**counts, "steps": len(history), **earlier_stages(args)}
-    training_args = loop.write_run_files(final, args, module.base, history, seconds, world, counts, kind, weights)
+    training_args = runs.write_run_files(final, args, module.base, history, seconds, world, counts, kind, weights)
     reader = ExtractiveReader(final, device=str(next(module.parameters()).device), home=args.home,
                               max_length=args.max_length, stride=args.stride)  # fmt: skip
     report = calibrated(reader, args, langs, dev, log)
     write_reader_config(final, {"max_length": args.max_length, "stride": args.stride, **report})
-    loop.replace_contents(final, args.out)
-    folder.write_card(args.out, model_card(args, training_args, report))
+    runs.replace_contents(final, args.out)
+    model_folder.write_card(args.out, model_card(args, training_args, report))
 
 
 def calibrated(reader: ExtractiveReader, args: ReaderArgs, langs, dev, log=print) -> dict:
@@ -302,18 +287,18 @@ def recalibrate(args: ReaderArgs, langs, dev, log=print) -> Path:
     reader = ExtractiveReader(args.out, home=args.home, threshold=0.0)
     report = calibrated(reader, args, langs, dev, log)
     write_reader_config(args.out, {"max_length": reader.max_length, "stride": reader.stride, **report})
-    training_args = folder.read_training_args(args.out) or {}
+    training_args = model_folder.read_training_args(args.out) or {}
     if training_args and "sources" not in training_args:
         add_sources(args, training_args, log)
     trained = ReaderArgs(**{**{k: v for k, v in training_args.items() if k in ReaderArgs.model_fields},
                             "out": args.out, "unanswerable_share": args.unanswerable_share})  # fmt: skip
-    folder.write_card(args.out, model_card(trained, training_args, report))
+    model_folder.write_card(args.out, model_card(trained, training_args, report))
     log(f"recalibrated {args.out}: threshold {saved.get('threshold')} -> {report['threshold']:.2f}")
     return args.out
 
 
 def reproduce_command(args: ReaderArgs) -> str:
-    return options.reproduce_command("samelang train reader", args, skip=loop.OPERATIONAL)
+    return options.reproduce_command("samelang train reader", args, skip=runs.OPERATIONAL)
 
 
 def source_counts(examples: list[ReadingExample]) -> dict[str, dict[str, int]]:
@@ -338,14 +323,14 @@ def add_sources(args: ReaderArgs, training_args: dict, log=print) -> None:
     again (its own languages, dev articles, corpus options and seed); not written when the count
     differs from the examples the run recorded (the corpus store changed since)."""
     recorded = stage_args(training_args).model_copy(update={"home": args.home, "corpora": args.corpora})
-    sources = recount_sources(recorded, loop.langs_of(recorded.langs), dev_articles(recorded.dev_n_articles))
+    sources = recount_sources(recorded, runs.langs_of(recorded.langs), dev_articles(recorded.dev_n_articles))
     total = sum(r["questions"] + r["no_answer"] for r in sources.values())
     if total != training_args.get("n_instances"):
         log(f"training data per source not added: counted {total} examples, the run recorded "
             f"{training_args.get('n_instances')} (the corpus store is not the one it trained on)")  # fmt: skip
         return
     training_args["sources"] = sources
-    (args.out / folder.TRAINING_ARGS).write_text(json.dumps(training_args, indent=2))
+    (args.out / model_folder.TRAINING_ARGS).write_text(json.dumps(training_args, indent=2))
 
 
 def source_table(sources: dict[str, dict[str, int]]) -> str:
@@ -361,9 +346,9 @@ def earlier_stages(args: ReaderArgs) -> dict:
     with ``out`` set to where the next stage reads it (so the card's commands chain); ``{}`` without."""
     if not args.init:
         return {}
-    record = folder.read_training_args(args.init) or {}
+    record = model_folder.read_training_args(args.init) or {}
     if not record:
-        raise ValueError(f"--init {args.init} has no {folder.TRAINING_ARGS}: continue from a reader trained by "
+        raise ValueError(f"--init {args.init} has no {model_folder.TRAINING_ARGS}: continue from a reader trained by "
                          "samelang train reader")  # fmt: skip
     return {"earlier": [*record.pop("earlier", []), {**record, "out": str(args.init)}]}
 
@@ -376,7 +361,7 @@ def stage_args(record: dict) -> ReaderArgs:
 def trained_line(args: ReaderArgs, record: dict) -> str:
     """The card's sentence on one run: steps, data, time, where."""
     line = (f"{record.get('steps', '?')} steps x {args.batch_size} windows ({record['n_instances']} examples, "
-            f"{record['n_windows']} windows) in {loop.timing_line(record)} (world size {record['world_size']}, "
+            f"{record['n_windows']} windows) in {runs.timing_line(record)} (world size {record['world_size']}, "
             f"torch {record['torch']}).")  # fmt: skip
     return line + (f" {record['note']}" if record.get("note") else "")
 

@@ -11,16 +11,16 @@ from pathlib import Path
 
 import numpy as np
 
-from samelang.core import folder
+from samelang.core import model_folder
 from samelang.core.catalogue import open_encoder, served_fingerprint
 from samelang.core.models.base_model import ensure_base_model
+from samelang.core.models.cross_encoder import CrossEncoderReranker
 from samelang.core.models.encoder import Encoder
 from samelang.core.models.fused import is_fused_folder, query_moments
-from samelang.core.models.reranker import CrossEncoderReranker
 from samelang.core.paths import REPO_MODELS
 from samelang.core.runtime.precision import EngineOptions
-from samelang.ground.atomic import cached_array
-from samelang.training.reranker_data import DistillInstance
+from samelang.primitives.atomic import cached_array
+from samelang.training.lamar_data import DistillInstance
 
 
 def standardised(s: np.ndarray) -> np.ndarray:
@@ -115,8 +115,8 @@ def teacher_name(teacher: str, home: Path) -> str:
     if fused is not None:
         return f"fused:{served_fingerprint(fused, home)[:12]}:{(fused / 'fused.json').read_text()}"
     if teacher != "cosine":  # a folder trained here is named by its weights (a retrained one is another teacher)
-        return "cross-encoder:" + (folder.model_fingerprint(Path(teacher)) if Path(teacher).is_dir() else teacher)
-    return "cosine:" + folder.model_fingerprint(ensure_base_model(home))[:12]
+        return "cross-encoder:" + (model_folder.model_fingerprint(Path(teacher)) if Path(teacher).is_dir() else teacher)
+    return "cosine:" + model_folder.model_fingerprint(ensure_base_model(home))[:12]
 
 
 def teacher_scores(teacher: str, max_length: int, data: list[DistillInstance], home: Path, device: str) -> np.ndarray:

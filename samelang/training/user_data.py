@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, model_validator
 
-from samelang.ground.langid import get_identifier
+from samelang.primitives.langid import get_identifier
 from samelang.training.reader_data import ReadingExample
 from samelang.training.relevance_first import RankingGroup
 

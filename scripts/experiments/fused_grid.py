@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from samelang.core.catalogue import REPO_MODELS, model_parts, open_encoder
-from samelang.core.folder import replace_section
+from samelang.core.model_folder import replace_section
 from samelang.core.models.encoder import Encoder
 from samelang.core.models.fused import FusionConfig, write_calibration
 from samelang.core.settings import settings

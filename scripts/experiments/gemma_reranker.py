@@ -19,12 +19,12 @@ from pathlib import Path
 
 import numpy as np
 
+from samelang.core.models.cross_encoder import CrossEncoderReranker
 from samelang.core.models.gemma_checkpoint import prepare_generator_hf
-from samelang.core.models.reranker import CrossEncoderReranker
 from samelang.core.runtime.precision import EngineOptions, cpu_summary
 from samelang.core.settings import Settings
 from samelang.corpora import dev_articles, load_xquad
-from samelang.training.reranker import RerankerArgs, train_reranker
+from samelang.training.lamar import RerankerArgs, train_reranker
 
 LANGS = ("en", "de", "zh", "ar", "ru", "hi")
 

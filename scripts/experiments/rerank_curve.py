@@ -23,14 +23,14 @@ from dataclasses import replace
 import numpy as np
 
 from samelang.core.catalogue import resolve_model, served_defaults
-from samelang.core.folder import replace_section
-from samelang.core.models.reranker import CrossEncoderReranker
+from samelang.core.model_folder import replace_section
+from samelang.core.models.cross_encoder import CrossEncoderReranker
 from samelang.core.runtime.precision import EngineOptions, cpu_flags, cpu_summary
 from samelang.core.settings import settings
 from samelang.corpora import dev_articles
+from samelang.evaluation.cached_models import search_p50_ms
 from samelang.evaluation.collection_shapes import ShapeJudge
 from samelang.evaluation.judge import DEV_ARTICLES
-from samelang.evaluation.memo import search_p50_ms
 from samelang.evaluation.serving_rule import ShapeRow
 
 KS = (5, 10, 20)

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from samelang.core.catalogue import REPO_MODELS
-from samelang.core.folder import replace_section
+from samelang.core.model_folder import replace_section
 from samelang.core.settings import settings
 from samelang.corpora import dev_articles
 from samelang.evaluation.collection_shapes import ShapeJudge, score_lists

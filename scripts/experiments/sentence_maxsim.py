@@ -29,8 +29,8 @@ from samelang.core.settings import settings
 from samelang.corpora import XQUAD_LANGS, load_xquad
 from samelang.evaluation.biencoder import embed_xquad
 from samelang.evaluation.fusion import FusionEvalOptions, FusionTuning, tuning_articles
-from samelang.ground.atomic import cached_array
 from samelang.indexes.lexical import LexicalIndex
+from samelang.primitives.atomic import cached_array
 from samelang.retrieval.candidates import fuse
 
 SPLIT = re.compile(r"(?<=[.!?。！？؟।])\s+|(?<=[。！？])")

@@ -14,7 +14,7 @@ from samelang.core import options
 from samelang.evaluation.pipeline import PipelineEvalOptions
 from samelang.service.config import ServiceSettings
 from samelang.training.biencoder import BiencoderArgs
-from samelang.training.reranker import RerankerArgs, full_recipe, reproduce_command
+from samelang.training.lamar import RerankerArgs, full_recipe, reproduce_command
 
 
 def test_a_flag_beats_its_env_variable_which_beats_the_default(monkeypatch, tmp_path):

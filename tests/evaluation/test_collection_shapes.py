@@ -5,6 +5,7 @@ metrics on lists whose answers are known by hand, the serving rule, and the tiny
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -171,3 +172,15 @@ def test_reranked_rows_cross_the_speed_and_fusion_levers_over_one_retriever():
     assert all(r.reranked and r.unreranked == retriever for r in rows)
     assert {r.reranker for r in rows} == {"a", "b"} and len({r.name for r in rows}) == len(rows)
     assert {r.reranker for r in SR.reranked_rows(retriever)} == {p.name for p in shipped_cross_encoders()}
+
+
+def test_every_tuned_grid_names_the_command_that_chose_it():
+    """The judge's grids are data (``grids.json``), each beside the command that chose it and what it found;
+    the command names a script or subcommand that exists."""
+    root = Path(__file__).resolve().parents[2]
+    grids = {k: v for k, v in SR.GRIDS.items() if k != "about"}
+    assert set(grids) == {"hybrid_weights", "rerank_ks", "rerank_fusions"}
+    for name, g in grids.items():
+        assert g["value"] and g["what"] and g["found"], name
+        script = g["command"].split()[1] if g["command"].startswith("python ") else None
+        assert g["command"].startswith("samelang eval ") or (root / script).is_file(), (name, g["command"])

@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 
 from samelang.corpora import Document, load_xquad
-from samelang.ground.identity import ModelInfo
-from samelang.ground.langid import get_identifier
 from samelang.indexes.generations import IndexModelMismatch, IndexNotFound
 from samelang.indexes.index import index_info, open_index
 from samelang.indexes.vectors import IndexSpec
 from samelang.indexes.writes import add_documents, build_index
+from samelang.primitives.identity import ModelInfo
+from samelang.primitives.langid import get_identifier
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -49,9 +49,9 @@ def built(tmp_path_factory, encoder, docs):
 
 
 def pipeline_over(path, encoder):
+    from samelang.core.models.cross_encoder import CosineReranker
     from samelang.core.models.generation import NoGenerator
-    from samelang.core.models.reranker import CosineReranker
-    from samelang.ground.langid import get_identifier
+    from samelang.primitives.langid import get_identifier
     from samelang.retrieval.limits import Limits
     from samelang.retrieval.pipeline import Pipeline
 

@@ -9,9 +9,9 @@ import httpx
 import pytest
 
 from samelang.corpora import load_xquad
-from samelang.ground.langid import get_identifier
 from samelang.indexes.index import open_index
 from samelang.indexes.writes import build_index
+from samelang.primitives.langid import get_identifier
 
 
 def free_port() -> int:
@@ -38,8 +38,8 @@ def xquad_test_index(tmp_path_factory, encoder):
 
 @pytest.fixture(scope="session")
 def pipeline(encoder, xquad_test_index):
+    from samelang.core.models.cross_encoder import CosineReranker
     from samelang.core.models.generation import NoGenerator
-    from samelang.core.models.reranker import CosineReranker
     from samelang.retrieval.limits import Limits
     from samelang.retrieval.pipeline import Pipeline
 

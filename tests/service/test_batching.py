@@ -211,7 +211,7 @@ def batched_server(service_settings, pipeline, cross_encoder_reranker):
 @pytest.fixture(scope="module")
 def cross_encoder_reranker(samelang_home):
     from samelang.core.catalogue import LAMAR_RERANKER
-    from samelang.core.models.reranker import CrossEncoderReranker
+    from samelang.core.models.cross_encoder import CrossEncoderReranker
 
     return CrossEncoderReranker(LAMAR_RERANKER, home=samelang_home)
 

@@ -39,7 +39,7 @@ def served(samelang_home, tmp_path_factory):
 
 
 def test_serve_runs_the_shipped_defaults(served, base_model_path):
-    from samelang.core.models.reranker import BI_ENCODER_COSINE
+    from samelang.core.models.cross_encoder import BI_ENCODER_COSINE
 
     card = json.loads((REPO / "models" / "serving.json").read_text())["served"]
     retriever = base_model_path.name if card["retriever"] == "base" else card["retriever"]

@@ -12,9 +12,9 @@ import pytest
 
 from samelang.corpora import XQUAD_LANGS, load_xquad
 from samelang.corpora.records import Document
-from samelang.ground.langid import get_identifier
 from samelang.indexes.index import open_index
 from samelang.indexes.writes import build_index
+from samelang.primitives.langid import get_identifier
 from tests.service.conftest import make_app, running
 
 ARTICLES = {2, 5}  # two test articles (SPLIT.json: article % 3 == 2)
@@ -35,8 +35,8 @@ def index12(tmp_path_factory, encoder):
 
 @pytest.fixture(scope="module")
 def pipe12(encoder, index12):
+    from samelang.core.models.cross_encoder import CosineReranker
     from samelang.core.models.generation import NoGenerator
-    from samelang.core.models.reranker import CosineReranker
     from samelang.retrieval.limits import Limits
     from samelang.retrieval.options import Defaults
     from samelang.retrieval.pipeline import Pipeline

@@ -19,7 +19,7 @@ from samelang.core.runtime.precision import EngineOptions
 from samelang.corpora import load_xquad
 from samelang.indexes.writes import build_index
 from samelang.training.biencoder import BiencoderArgs, train_biencoder
-from samelang.training.reranker import RerankerArgs, RerankerModule, train_reranker
+from samelang.training.lamar import RerankerArgs, RerankerModule, train_reranker
 from tests.service.conftest import running
 
 EMBED, SCORE = ("xlmr-mean", "xlmr-cls", "bert"), ("xlmr-seqcls", "qwen3-causal", "gemma3-causal")

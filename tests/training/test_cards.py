@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from samelang.core.folder import write_card_section
+from samelang.core.model_folder import write_card_section
 from samelang.core.models.model_card import EVAL_HEADING
 
 
@@ -29,9 +29,9 @@ def test_shipped_cards_reproduce_their_training_args():
 
     from samelang.core.options import parse_options
     from samelang.training.biencoder import BiencoderArgs
-    from samelang.training.loop import OPERATIONAL
+    from samelang.training.lamar import RerankerArgs
     from samelang.training.reader import ReaderArgs
-    from samelang.training.reranker import RerankerArgs
+    from samelang.training.runs import OPERATIONAL
 
     models = Path(__file__).resolve().parents[2] / "models"
     trained = sorted(p.parent for p in models.glob("*/training_args.json"))

@@ -103,7 +103,7 @@ def test_the_trainer_adds_the_relevance_first_term(tmp_path, base_model_path, mo
 def test_the_reranker_relevance_stage_takes_the_groups(tmp_path, fake_corpus_store, samelang_home, monkeypatch):
     """``train reranker --stage 0 --relevance-first``: the groups join the relevance stage's (the corpus's ICT
     queries among them), each scored with its positive first."""
-    from samelang.training.reranker import RerankerArgs, train_reranker
+    from samelang.training.lamar import RerankerArgs, train_reranker
 
     (fake_corpus_store.root / "contamination.json").write_text('{"dropped": {}}')
     monkeypatch.setattr(relevance_first, "mine_negatives", lambda *a, **k: {})
@@ -124,7 +124,7 @@ def test_the_reranker_relevance_stage_takes_the_groups(tmp_path, fake_corpus_sto
 
 def test_later_reranker_stages_keep_learning_relevance_first(tmp_path, samelang_home, monkeypatch):
     """Stages 1 and 2 with ``--relevance-first``: ``L_rel`` on the groups joins each step's own loss."""
-    from samelang.training.reranker import RerankerArgs, train_reranker
+    from samelang.training.lamar import RerankerArgs, train_reranker
 
     monkeypatch.setattr(relevance_first, "mine_negatives", lambda *a, **k: {})
     monkeypatch.setattr(RerankerArgs, "training_views", lambda self: _no_corpus())

@@ -22,11 +22,11 @@ def english(samelang_home, base_model_path):
 
 def test_fused_teacher_is_the_served_same_language_score(english, samelang_home, tmp_path):
     from samelang.core.catalogue import REPO_MODELS
+    from samelang.core.models.cross_encoder import CosineReranker
     from samelang.core.models.generation import NoGenerator
-    from samelang.core.models.reranker import CosineReranker
-    from samelang.ground.langid import get_identifier
     from samelang.indexes.index import open_index
     from samelang.indexes.writes import build_index
+    from samelang.primitives.langid import get_identifier
     from samelang.retrieval.limits import Limits
     from samelang.retrieval.options import Defaults, SearchOptions
     from samelang.retrieval.pipeline import Pipeline

@@ -89,7 +89,7 @@ def test_hard_negatives_join_the_target_query_candidates():
 
 
 def test_run_timing_counts_steps_recorded_before_timing_at_the_median():
-    from samelang.training.loop import run_timing, timing_line
+    from samelang.training.runs import run_timing, timing_line
 
     history = [{"step": 1}, {"step": 2, "seconds": 2.0}, {"step": 3, "seconds": 4.0}, {"step": 4, "seconds": 3.0}]
     t = run_timing(history, seconds=9.0)
@@ -152,7 +152,7 @@ def test_init_continues_an_adapter_over_its_own_base(tmp_path, base_model_path, 
 
 
 def test_the_time_budget_counts_every_steps_wall_time_over_resumes():
-    from samelang.training.loop import out_of_time
+    from samelang.training.trainer import out_of_time
 
     said = []
     history = [{"step": i, "seconds": 20.0} for i in range(1, 4)]  # 60 s, two of them before a resume

@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.numpy import load_file
 
-from samelang.training.reranker import RerankerArgs, RerankerModule, train_reranker
+from samelang.training.lamar import RerankerArgs, RerankerModule, train_reranker
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +53,7 @@ def test_both_stages_train_and_save(stages):
 
 
 def test_service_loader_scores_like_the_trained_module(stages, samelang_home):
-    from samelang.core.models.reranker import CrossEncoderReranker
+    from samelang.core.models.cross_encoder import CrossEncoderReranker
 
     _, s2 = stages
     module = RerankerModule(RerankerArgs(out=s2.out, stage=2, init=str(s2.out), max_length=48), samelang_home)
@@ -111,7 +111,7 @@ def test_the_relevance_stage_trains_on_the_corpus_views(tmp_path, fake_corpus_st
 
 
 def test_a_reranker_that_keeps_its_first_layers_is_served_with_them(tmp_path, samelang_home):
-    from samelang.core.models.reranker import CrossEncoderReranker
+    from samelang.core.models.cross_encoder import CrossEncoderReranker
 
     common = dict(langs="en,zh", batch_size=2, max_steps=1, max_length=48, dev_questions=0, device="cpu",
                   home=samelang_home)  # fmt: skip

@@ -200,7 +200,7 @@ def test_the_biencoder_trains_on_the_users_pairs_alone(tmp_path, base_model_path
 
 def test_a_malformed_file_fails_before_the_first_step(tmp_path, base_model_path, samelang_home):
     from samelang.training.biencoder import BiencoderArgs, train_biencoder
-    from samelang.training.reranker import RerankerArgs, train_reranker
+    from samelang.training.lamar import RerankerArgs, train_reranker
 
     bad = tmp_path / "bad.csv"
     bad.write_text("anchor,positive\nq1,p1\nq2,\n")
@@ -213,7 +213,7 @@ def test_a_malformed_file_fails_before_the_first_step(tmp_path, base_model_path,
 
 
 def test_the_reranker_relevance_stage_trains_on_the_users_pairs(tmp_path, samelang_home):
-    from samelang.training.reranker import RerankerArgs, train_reranker
+    from samelang.training.lamar import RerankerArgs, train_reranker
 
     data = _write(tmp_path / "pairs.jsonl", ROWS)
     args = RerankerArgs(out=tmp_path / "r0", stage=0, data=data, data_only=True, negatives_per_query=2, batch_size=2,

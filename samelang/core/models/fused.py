@@ -25,8 +25,8 @@ import numpy as np
 
 from samelang.core.models.contracts import Capabilities
 from samelang.corpora import XQUAD_LANGS, load_xquad
-from samelang.ground.atomic import atomic_write_bytes, atomic_write_text
-from samelang.ground.identity import ModelInfo
+from samelang.primitives.atomic import atomic_write_bytes, atomic_write_text
+from samelang.primitives.identity import ModelInfo
 
 FUSED_CONFIG = "fused.json"
 CALIBRATION = "calibration.npz"  # both models' vectors of the reference passages (float16)

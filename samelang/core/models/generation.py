@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 from httpx_sse import EventSource
 
-from samelang.core import work
+from samelang.core import budget
 from samelang.core.models.contracts import Capabilities
 
 
@@ -129,9 +129,9 @@ class LlamaCppGenerator:
         """The answer's text pieces as llama.cpp decodes them (greedy); the context is held until the
         stream ends or is closed."""
         while not self._lock.acquire(timeout=0.1):  # queued behind another answer: still cancellable
-            work.check()
+            budget.check()
         try:
-            work.check()
+            budget.check()
             # every answer evaluates its whole prompt: llama.cpp would reuse the previous request's cache for
             # a shared prefix and evaluate the rest alone, and those logits differ enough from a whole-prompt
             # pass to flip greedy choices (7 of 36 XQuAD answers changed when a prompt came twice in a row).
@@ -144,7 +144,7 @@ class LlamaCppGenerator:
             try:
                 for piece in until_stop(c["choices"][0]["text"] for c in chunks):
                     yield piece
-                    work.check()  # over budget or cancelled: the request is over, not answered with a cut-off text
+                    budget.check()  # over budget or cancelled: the request is over, not answered with a cut-off text
             finally:
                 chunks.close()
         finally:
@@ -222,13 +222,13 @@ class OpenAIGenerator:
         for attempt in range(self.retries + 1):
             started = False
             try:
-                work.check()
+                budget.check()
                 with self._client.stream("POST", "/v1/completions", json=body,
-                                         timeout=work.remaining(self.timeout)) as r:  # fmt: skip
+                                         timeout=budget.remaining(self.timeout)) as r:  # fmt: skip
                     for piece in until_stop(self._texts(r)):
                         started = True
                         yield piece
-                        work.check()
+                        budget.check()
                 return
             except GeneratorRefused:
                 raise  # the same request would be refused again
@@ -241,7 +241,7 @@ class OpenAIGenerator:
                     restart()
                 last = e
             if attempt < self.retries:
-                time.sleep(min(self.backoff * 2**attempt, work.remaining(self.backoff * 2**attempt)))
+                time.sleep(min(self.backoff * 2**attempt, budget.remaining(self.backoff * 2**attempt)))
         raise GeneratorUnavailable(
             f"generator at {self.base_url} unavailable after {self.retries + 1} attempts: {last}"
         ) from last

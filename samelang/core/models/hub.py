@@ -15,7 +15,7 @@ import json
 import re
 from pathlib import Path
 
-from samelang.core.folder import ADAPTER_CONFIG, is_model_folder
+from samelang.core.model_folder import ADAPTER_CONFIG, is_model_folder
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+(@[\w./-]+)?$")
 

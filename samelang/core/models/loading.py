@@ -2,7 +2,7 @@
 onto the converted base model, with transformers' load reports turned into one line that says what
 was initialised from where.
 
-Apart from :mod:`samelang.core.folder` (which only knows the folder's files) because merging an
+Apart from :mod:`samelang.core.model_folder` (which only knows the folder's files) because merging an
 adapter needs the base model, and the base model's conversion writes a folder."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
-from samelang.core.folder import (
+from samelang.core.model_folder import (
     adapter_saved_modules,
     is_adapter,
     model_fingerprint,

@@ -1,7 +1,7 @@
 """The one renderer of a model folder's card (its ``README.md``), after sentence-transformers'
 ``model_card.py``: the facts in :class:`ModelCardData`, the layout in ``model_card_template.md``
 beside this file. A card is rendered once, when the folder is written; later the evaluation commands
-replace one ``## `` section at a time (:func:`~samelang.core.folder.write_card_section`), so the
+replace one ``## `` section at a time (:func:`~samelang.core.model_folder.write_card_section`), so the
 card's layout lives here and its sections' text lives with the commands that measure them."""
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer
 
-from samelang.core.folder import model_fingerprint, read_manifest
+from samelang.core.model_folder import model_fingerprint, read_manifest
 from samelang.core.models.hub import locate
 from samelang.core.models.loading import load_span_model
 from samelang.core.runtime.engine import InferenceEngine, engine_for

@@ -9,7 +9,7 @@ import functools
 
 class EngineModel:
     """Base of :class:`~samelang.core.models.encoder.Encoder` and
-    :class:`~samelang.core.models.reranker.CrossEncoderReranker`: ``engine`` is set by the subclass,
+    :class:`~samelang.core.models.cross_encoder.CrossEncoderReranker`: ``engine`` is set by the subclass,
     and ``model_fresh()`` loads its sentence-transformers object."""
 
     engine = None

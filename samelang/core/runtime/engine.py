@@ -28,8 +28,8 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 from tqdm.auto import tqdm
 
-from samelang.core import work
-from samelang.core.folder import model_fingerprint
+from samelang.core import budget
+from samelang.core.model_folder import model_fingerprint
 from samelang.core.runtime.heads import pooled_module, templated_pairs
 from samelang.core.runtime.onnx_export import (
     DISABLED_ORT_OPTIMIZERS,
@@ -333,7 +333,7 @@ class InferenceEngine:
                         pass
 
     def _checked_call(self, input_ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        work.check()  # a request whose budget is spent stops here, between batches
+        budget.check()  # a request whose budget is spent stops here, between batches
         return np.asarray(self.backend(input_ids, mask), dtype=np.float32)
 
     def _runner_pool(self, lanes: int):

@@ -13,11 +13,11 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from samelang.core.folder import model_fingerprint
+from samelang.core.model_folder import model_fingerprint
 from samelang.core.runtime.heads import pooled_module
 from samelang.core.runtime.precision import EngineOptions, resolve
 from samelang.core.runtime.quantise import RECIPE, calibration_feeds, calibration_texts, quantise_int8
-from samelang.ground.atomic import atomic_dir
+from samelang.primitives.atomic import atomic_dir
 
 # bump when the exported folder changes, so that caches are rebuilt (2: external weights, tokenizer, model.json;
 # 3: residual layer norms as Add + LayerNormalization, see _unfuse_skip_layer_norm; 4: model.json records the

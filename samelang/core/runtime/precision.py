@@ -12,7 +12,7 @@ import platform
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from samelang.core.folder import onnx_unfit, recorded_precision
+from samelang.core.model_folder import onnx_unfit, recorded_precision
 
 log = logging.getLogger("samelang")
 

@@ -17,7 +17,7 @@ import time
 
 from fastapi import Request
 
-from samelang.core.work import Cancelled
+from samelang.core.budget import Cancelled
 
 SHUTTING_DOWN = "the server is shutting down: it admits no more work"
 RETRY_AFTER_S = 1  # what a 429 tells the client to wait: about one request's model work on 2 cores

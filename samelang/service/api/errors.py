@@ -11,7 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from samelang.core.work import Cancelled
+from samelang.core.budget import Cancelled
 from samelang.retrieval.errors import AnswerUnavailable, BadRequest
 from samelang.service.api.admission import Overloaded, overloaded_body, retry_after
 from samelang.service.api.shared import cited

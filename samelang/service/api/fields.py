@@ -8,8 +8,8 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Strict, Tag, WithJsonSchema
 
-from samelang.ground.langid import supported_languages
-from samelang.ground.text import text_problem
+from samelang.primitives.langid import supported_languages
+from samelang.primitives.text import text_problem
 from samelang.retrieval.limits import CEILINGS
 
 MAX_QUERY_CHARS = 2000

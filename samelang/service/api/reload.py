@@ -13,7 +13,7 @@ from fastapi import FastAPI
 from fastapi.concurrency import run_in_threadpool
 
 from samelang.core import catalogue
-from samelang.core.models.reranker import CosineReranker
+from samelang.core.models.cross_encoder import CosineReranker
 from samelang.indexes.generations import live_identity, read_index_manifest
 from samelang.indexes.index import OpenIndex, open_index
 from samelang.service.api.dialects import Dialects

@@ -9,7 +9,7 @@ import time
 from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
 
-from samelang.core.work import Budget, Cancelled
+from samelang.core.budget import Budget, Cancelled
 from samelang.service.api.dialects import Dialects
 from samelang.service.api.shared import ErrorResponse
 
@@ -34,8 +34,8 @@ def responses(codes: dict[int, str]) -> dict:
 
 async def bounded(request: Request, fn, req):
     """Run ``fn(req)`` in the thread pool, once admitted (:mod:`.admission`), under a
-    :class:`~samelang.core.work.Budget`: the request's time budget, cancelled when the client disconnects or
-    the server shuts down; the model loops stop at their next check (see :mod:`samelang.core.work`)."""
+    :class:`~samelang.core.budget.Budget`: the request's time budget, cancelled when the client disconnects or
+    the server shuts down; the model loops stop at their next check (see :mod:`samelang.core.budget`)."""
 
     state = request.app.state
     ticket = await state.admission.enter(request)  # a turn at model work, a wait in the queue, or a 429 at once

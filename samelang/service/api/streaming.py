@@ -1,7 +1,7 @@
 """Server-sent events for a route whose work yields as it goes (``/answer`` with ``stream: true``).
 
 The work is a plain iterator of ``(event, payload)`` run in a worker thread under the request's
-:class:`~samelang.core.work.Budget`, as :func:`samelang.service.api.routing.bounded` runs a whole call: the events
+:class:`~samelang.core.budget.Budget`, as :func:`samelang.service.api.routing.bounded` runs a whole call: the events
 cross to the event loop through a queue, and the client reads each one as soon as it exists.
 
 Why the first event is awaited before the response starts: until then the work may still fail
@@ -23,7 +23,7 @@ from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 
-from samelang.core.work import Budget, Cancelled
+from samelang.core.budget import Budget, Cancelled
 from samelang.service.api.errors import core_error
 
 _END = object()

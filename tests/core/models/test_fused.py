@@ -9,9 +9,9 @@ import pytest
 
 from samelang.corpora import load_xquad
 from samelang.corpora.records import Document
-from samelang.ground.langid import get_identifier
 from samelang.indexes.index import open_index
 from samelang.indexes.writes import build_index
+from samelang.primitives.langid import get_identifier
 
 ARTICLES = (2, 5)  # two held-out test articles
 
@@ -34,8 +34,8 @@ def unlabelled(tmp_path_factory, fused):
 
 
 def _pipeline(fused, index, **defaults):
+    from samelang.core.models.cross_encoder import CosineReranker
     from samelang.core.models.generation import NoGenerator
-    from samelang.core.models.reranker import CosineReranker
     from samelang.retrieval.limits import Limits
     from samelang.retrieval.options import Defaults
     from samelang.retrieval.pipeline import Pipeline

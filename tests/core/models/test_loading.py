@@ -34,7 +34,7 @@ def test_load_report_rows_are_explained_or_reported(caplog):
 
 
 def test_adapter_loads_quietly_with_one_info_line(samelang_home, caplog, capfd):
-    from samelang.core.models.reranker import load_cross_encoder
+    from samelang.core.models.cross_encoder import load_cross_encoder
 
     with caplog.at_level(logging.INFO, logger="samelang"):
         model = load_cross_encoder(LAMAR_RERANKER, home=samelang_home)

@@ -3,7 +3,7 @@ evaluation commands can then update one section at a time."""
 
 from __future__ import annotations
 
-from samelang.core.folder import read_card_section, write_card, write_card_section
+from samelang.core.model_folder import read_card_section, write_card, write_card_section
 from samelang.core.models.model_card import DATA_AND_LICENCES, EVAL_HEADING, ModelCardData, render_model_card
 
 

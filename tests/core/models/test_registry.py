@@ -48,7 +48,7 @@ def test_the_aligned_encoder_puts_a_sentence_nearest_its_translation(samelang_ho
 
 
 def test_the_lamar_reranker_scores_a_relevant_pair_above_irrelevant_ones(samelang_home, served_options):
-    from samelang.core.models.reranker import CrossEncoderReranker
+    from samelang.core.models.cross_encoder import CrossEncoderReranker
 
     path = R.default_cross_encoder()
     assert path is not None

@@ -69,7 +69,7 @@ def test_embeddings_match_fp32_within_the_recorded_tolerance(
 @pytest.fixture(scope="module")
 def lamar_reference(samelang_home):
     from samelang.core.catalogue import LAMAR_RERANKER
-    from samelang.core.models.reranker import load_cross_encoder
+    from samelang.core.models.cross_encoder import load_cross_encoder
 
     ce = load_cross_encoder(LAMAR_RERANKER, home=samelang_home)
     query = "What is the capital of Germany?"
@@ -80,7 +80,7 @@ def lamar_reference(samelang_home):
 @pytest.mark.parametrize(("precision", "backend"), MODES)
 def test_reranker_scores_match_fp32_within_the_recorded_tolerance(samelang_home, lamar_reference, precision, backend):
     from samelang.core.catalogue import LAMAR_RERANKER
-    from samelang.core.models.reranker import CrossEncoderReranker
+    from samelang.core.models.cross_encoder import CrossEncoderReranker
 
     pairs, ref = lamar_reference
     rr = CrossEncoderReranker(LAMAR_RERANKER, home=samelang_home, options=EngineOptions(precision, backend))
@@ -91,7 +91,7 @@ def test_reranker_scores_match_fp32_within_the_recorded_tolerance(samelang_home,
 
 
 def test_onnx_graphs_are_exported_once_and_reused(base_model_path, samelang_home):
-    from samelang.core.folder import model_fingerprint
+    from samelang.core.model_folder import model_fingerprint
     from samelang.core.models.encoder import Encoder
     from samelang.core.runtime.onnx_export import onnx_path
 
@@ -129,8 +129,8 @@ def test_a_finished_export_serves_without_the_torch_weights(base_model_path, sam
     """The export folder is self-contained (graph, external weights, tokenizer, model.json): an
     engine over it never loads the checkpoint, and embeds exactly as the one that exported it."""
     from samelang.core.catalogue import LAMAR_RERANKER
+    from samelang.core.models import cross_encoder as R
     from samelang.core.models import encoder as E
-    from samelang.core.models import reranker as R
     from samelang.core.runtime.onnx_export import onnx_path
 
     first = E.Encoder(base_model_path, home=samelang_home, options=EngineOptions("fp32", "onnx"))
@@ -172,7 +172,7 @@ def test_batches_in_flight_change_nothing_but_the_speed(base_model_path, samelan
 def test_a_spent_budget_stops_batches_running_on_the_runner_threads(base_model_path, samelang_home):
     """The request's budget travels to the runner threads (a copy of the caller's context per batch):
     a spent one raises Cancelled there, and the engine serves the next call normally."""
-    from samelang.core import work
+    from samelang.core import budget
     from samelang.core.models.encoder import Encoder
 
     enc = Encoder(
@@ -180,9 +180,9 @@ def test_a_spent_budget_stops_batches_running_on_the_runner_threads(base_model_p
         home=samelang_home,
         options=EngineOptions("fp32", "onnx", max_batch_tokens=16, parallel_batches=2),
     )
-    spent = work.Budget(0.0)
+    spent = budget.Budget(0.0)
     spent.cancel("deadline")
-    with pytest.raises(work.Cancelled):
+    with pytest.raises(budget.Cancelled):
         spent.run(enc.encode_passages, TEXTS)
     assert enc.encode_passages(TEXTS).shape[0] == len(TEXTS)
 

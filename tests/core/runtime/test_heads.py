@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from samelang.core.models.cross_encoder import CrossEncoderReranker
 from samelang.core.models.encoder import Encoder
-from samelang.core.models.reranker import CrossEncoderReranker
 from samelang.core.runtime.heads import QWEN3_RERANKER_TEMPLATE, fit_pair, pair_template, pick_prompts
 from samelang.core.runtime.precision import EngineConfigError, EngineOptions
 

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from samelang.core.work import Cancelled
+from samelang.core.budget import Cancelled
 from samelang.service.api.admission import Admission, Overloaded, overloaded_body
 from samelang.service.api.prometheus import Metrics
 from tests.service.conftest import make_app, running

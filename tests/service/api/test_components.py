@@ -34,7 +34,7 @@ def test_rerank_uses_the_configured_cross_encoder(service_settings, cross_encode
         assert (info["reranker"]["name"], info["reranker"]["kind"]) == ("e5-small-ce-untrained", "cross-encoder")
         # a checkpoint without an inference card runs at the fp32 reference numerics; the base encoder at
         # what its shipped record chose for this class of CPU (int8 on AMX), else fp32
-        from samelang.core.folder import recorded_precision
+        from samelang.core.model_folder import recorded_precision
         from samelang.core.runtime.precision import precision_device
 
         base = recorded_precision(service_settings.model, precision_device("cpu")) or "fp32"
@@ -73,7 +73,7 @@ def test_the_shipped_lamar_reranker_serves_rerank(service_settings):
     language comes first, both above an unrelated one; giving it turns reranking on for /search.
     ``--reranker cosine`` selects the bi-encoder fallback."""
     from samelang.core.catalogue import LAMAR_RERANKER
-    from samelang.core.folder import recorded_precision
+    from samelang.core.model_folder import recorded_precision
     from samelang.core.runtime.precision import precision_device
     from samelang.service.api.app import create_app
 

@@ -35,9 +35,9 @@ class Gate:
         return getattr(self.generator, name)
 
     def stream(self, prompt: str, max_tokens: int):
-        from samelang.core import work
+        from samelang.core import budget
 
-        self.budget = work.current()  # the request's: a test can see it cancelled, whenever the work ends
+        self.budget = budget.current()  # the request's: a test can see it cancelled, whenever the work ends
         self.passages_before_start = self.passages_received.wait(WAIT_S)
         for piece in self.generator.stream(prompt, max_tokens):
             yield piece

@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 
 from samelang.core.models.contracts import Capabilities
-from samelang.core.models.reranker import CrossEncoderReranker
+from samelang.core.models.cross_encoder import CrossEncoderReranker
 from samelang.core.runtime.precision import EngineOptions
 from samelang.evaluation.reranker import score_identity
-from samelang.ground.atomic import atomic_write_bytes
+from samelang.primitives.atomic import atomic_write_bytes
 from samelang.retrieval.options import SearchOptions
 
 SCORE_CACHE_VERSION = "pipeline-scores-v1"  # bump when what a cached score means changes

@@ -1,5 +1,6 @@
-"""What every trainer here shares: seeds, torchrun/DDP set-up, device and precision,
-the warm-up + linear-decay schedule, checkpoints that resume, and the atomic final save."""
+"""What every training run here shares besides its loop (:mod:`samelang.training.trainer`): the
+options, seeds, torchrun/DDP set-up, device and precision, LoRA, and the model folder it writes
+(run record, history, manifest, the atomic final save)."""
 
 from __future__ import annotations
 
@@ -17,13 +18,12 @@ import torch
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
-from samelang.core import folder
+from samelang.core import model_folder
 from samelang.core.models.base_model import BASE_MODEL_NAME, ensure_base_model
 from samelang.core.models.hub import check_remote_code, locate
 from samelang.core.models.loading import base_record
 from samelang.core.runtime.precision import cpu_has_bf16, cpu_summary
 from samelang.core.settings import HubOptions, default_home
-from samelang.ground.atomic import atomic_dir
 
 # the modules LoRA adapts in both trainers (every linear layer of the BERT encoder)
 LORA_TARGETS = ["query", "key", "value", "attention.output.dense", "intermediate.dense", "output.dense"]
@@ -45,6 +45,9 @@ class TrainerArgs(HubOptions):
     out: Path = Field(description="Output folder (adapter or full model); checkpoints go in OUT/checkpoints.")
     epochs: float = Field(1.0, gt=0, description="Passes over the training instances.")
     max_steps: int | None = Field(None, ge=1, description="Stop after this many optimiser steps.")
+    max_minutes: float | None = Field(
+        None, gt=0, description="Stop after this many minutes of training steps (over resumes), then save the model."
+    )
     schedule_steps: int | None = Field(
         None, ge=1,
         description="Steps the learning-rate schedule spans (default: the run's own): a run stopped early at "
@@ -130,44 +133,6 @@ def langs_of(text: str) -> tuple[str, ...]:
     return tuple(x.strip() for x in text.split(",") if x.strip())
 
 
-def warmup_linear(total: int, warmup: float):
-    """LambdaLR factor: linear warm-up over ``warmup * total`` steps, then linear decay to 0."""
-    warm = int(warmup * total)
-    return lambda s: (s + 1) / max(1, warm) if s < warm else max(0.0, (total - s) / max(1, total - warm))
-
-
-def latest_checkpoint(out: Path) -> Path | None:
-    ckpts = sorted((out / "checkpoints").glob("step-*"), key=lambda p: int(p.name.split("-")[1]))
-    return ckpts[-1] if ckpts else None
-
-
-def save_checkpoint(out: Path, step: int, module, opt, sched, history, keep: tuple[str, ...] = ("lora_",)) -> None:
-    """Trainable weights (the parameters whose names hold ``keep``, or all), optimiser, schedule, RNGs."""
-    state = module.state_dict()
-    trainable = {k: v for k, v in state.items() if any(m in k for m in keep)} or state
-    with atomic_dir(out / "checkpoints" / f"step-{step:06d}") as tmp:
-        torch.save(
-            {
-                "model": trainable, "optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "step": step,
-                "history": history, "torch_rng": torch.get_rng_state(), "py_rng": random.getstate(),
-            },
-            tmp / "state.pt",
-        )  # fmt: skip
-    for old in sorted((out / "checkpoints").glob("step-*"))[:-2]:
-        shutil.rmtree(old, ignore_errors=True)
-
-
-def load_checkpoint(ckpt: Path, module, opt, sched, device) -> tuple[int, list]:
-    """Restore what ``save_checkpoint`` wrote; returns (step, history)."""
-    state = torch.load(ckpt / "state.pt", map_location=device, weights_only=False)
-    module.load_state_dict(state["model"], strict=False)
-    opt.load_state_dict(state["optimizer"])
-    sched.load_state_dict(state["scheduler"])
-    torch.set_rng_state(state["torch_rng"])
-    random.setstate(state["py_rng"])
-    return state["step"], state["history"]
-
-
 def sha256_files(path: Path, names: tuple[str, ...]) -> str:
     h = hashlib.sha256()
     for n in names:
@@ -185,44 +150,6 @@ def replace_contents(src: Path, dst: Path) -> None:
             shutil.rmtree(target)
         os.replace(item, target)
     src.rmdir()
-
-
-def setup(module, args, total: int, device, local_rank: int, world: int, log=print):
-    """AdamW over the trainable parameters, warm-up + linear decay over ``args.schedule_steps`` (else
-    ``total``), DDP when ``world > 1``, and the latest checkpoint in ``args.out`` restored when
-    ``args.resume``.
-
-    Returns ``(fwd, params, opt, sched, step, history)``; ``fwd`` is the module to call (DDP-wrapped)."""
-    module.train()
-    params = [p for p in module.parameters() if p.requires_grad]
-    fwd = module
-    if world > 1:
-        fwd = torch.nn.parallel.DistributedDataParallel(
-            module, device_ids=[local_rank] if device.type == "cuda" else None
-        )
-    opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=args.weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_linear(args.schedule_steps or total, args.warmup))
-    step, history = 0, []
-    ckpt = latest_checkpoint(args.out) if args.resume else None
-    if ckpt is not None:
-        step, history = load_checkpoint(ckpt, module, opt, sched, device)
-        log(f"resumed from {ckpt} at step {step}")
-    return fwd, params, opt, sched, step, history
-
-
-def optimiser_step(parts: dict, params, opt, sched, step: int, started: float | None = None) -> dict:
-    """Backward on ``parts["loss"]``, clip to norm 1, step; returns the step's record for the history
-    (with ``started``, the ``time.perf_counter()`` before the step's forward: its wall seconds, which
-    the checkpoints carry, so a run resumed on another machine still knows its whole training time)."""
-    opt.zero_grad(set_to_none=True)
-    parts["loss"].backward()
-    torch.nn.utils.clip_grad_norm_(params, 1.0)
-    opt.step()
-    sched.step()
-    rec = {"step": step, **{k: float(v.item()) for k, v in parts.items()}, "lr": sched.get_last_lr()[0]}
-    if started is not None:
-        rec["seconds"] = round(time.perf_counter() - started, 3)
-    return rec
 
 
 def run_timing(history: list, seconds: float) -> dict:
@@ -252,9 +179,9 @@ def write_run_files(
     """The run record (the arguments, the resolved base, counts, timing), the step history and the
     manifest (checksums: what the service's model fingerprint reads; the base it was trained on,
     ``named`` as the user named it: :func:`~samelang.core.models.loading.base_record`) in ``final``;
-    the file names are the model folder's (:mod:`samelang.core.folder`)."""
+    the file names are the model folder's (:mod:`samelang.core.model_folder`)."""
 
-    base_manifest = folder.read_manifest(base) or {}
+    base_manifest = model_folder.read_manifest(base) or {}
     record = base_record(named, Path(base))
     training_args = {
         **args.saved(),
@@ -264,9 +191,9 @@ def write_run_files(
         **run_timing(history, seconds),
         "torch": torch.__version__,
     }
-    (final / folder.TRAINING_ARGS).write_text(json.dumps(training_args, indent=2))
-    (final / folder.HISTORY).write_text(json.dumps(history))
-    adapter = folder.is_adapter(final)
+    (final / model_folder.TRAINING_ARGS).write_text(json.dumps(training_args, indent=2))
+    (final / model_folder.HISTORY).write_text(json.dumps(history))
+    adapter = model_folder.is_adapter(final)
     manifest = {
         "name": args.out.name,
         "kind": kind,
@@ -276,7 +203,7 @@ def write_run_files(
     }
     if getattr(args, "layers", None):
         manifest["base_layers"] = args.layers  # the loader keeps these first layers of the base
-    folder.write_manifest(final, manifest)
+    model_folder.write_manifest(final, manifest)
     return training_args
 
 
@@ -312,26 +239,18 @@ def lora_targets(model) -> list[str] | str:
     """Every linear layer of the transformer: :data:`LORA_TARGETS` by name in a BERT-family model (the
     shipped adapters' own), peft's ``all-linear`` (all but the output layer) in any other."""
     kind = getattr(model.config, "model_type", "")
-    return LORA_TARGETS if kind in folder.ONNX_MODEL_TYPES else "all-linear"
+    return LORA_TARGETS if kind in model_folder.ONNX_MODEL_TYPES else "all-linear"
 
 
 def no_dropout(base: str | Path) -> dict:
     """``from_pretrained`` overrides that turn the encoder's dropout off (on CPU it costs 3-4x in the
     forward pass: attention falls back from SDPA to the math kernel; LoRA brings its own): every float
     ``*dropout*`` field of the base's config, and no BERT pooler (unused by a bi-encoder)."""
-    config = json.loads((Path(base) / folder.CONFIG).read_text())
+    config = json.loads((Path(base) / model_folder.CONFIG).read_text())
     out = {k: 0.0 for k, v in config.items() if "dropout" in k and isinstance(v, float)}
-    if config.get("model_type") in folder.ONNX_MODEL_TYPES:
+    if config.get("model_type") in model_folder.ONNX_MODEL_TYPES:
         out["add_pooling_layer"] = False
     return out
-
-
-def out_of_time(history: list[dict], minutes: float | None, log=print) -> bool:
-    """Whether a run's training steps (every step's wall time, over resumes) used up ``minutes``."""
-    if minutes is None or sum(h.get("seconds", 0.0) for h in history) < 60 * minutes:
-        return False
-    log(f"stopping after {len(history)} steps: --max-minutes {minutes:g} used up")
-    return True
 
 
 def resolve_base(named: str | None, args) -> str:
@@ -349,17 +268,17 @@ def write_st_config(final: Path, base: str | Path, dim: int) -> None:
     (pooling, normalisation, prompts), or for a plain transformers base the one sentence-transformers
     would give it (mean pooling, normalised, no prompts)."""
     base = Path(base)
-    modules = base / folder.ST_MODULES
+    modules = base / model_folder.ST_MODULES
     if modules.exists():
         for entry in json.loads(modules.read_text()):
             if entry.get("path"):
                 shutil.copytree(base / entry["path"], final / entry["path"], dirs_exist_ok=True)
-        for name in (folder.ST_MODULES, "config_sentence_transformers.json", "sentence_bert_config.json"):
+        for name in (model_folder.ST_MODULES, "config_sentence_transformers.json", "sentence_bert_config.json"):
             if (base / name).exists():
                 shutil.copy2(base / name, final / name)
         return
     st = "sentence_transformers.models"
-    (final / folder.ST_MODULES).write_text(json.dumps([
+    (final / model_folder.ST_MODULES).write_text(json.dumps([
         {"idx": 0, "name": "0", "path": "", "type": f"{st}.Transformer"},
         {"idx": 1, "name": "1", "path": "1_Pooling", "type": f"{st}.Pooling"},
         {"idx": 2, "name": "2", "path": "2_Normalize", "type": f"{st}.Normalize"},
@@ -382,7 +301,7 @@ def save_model(out: Path, model, tokenizer, base: str, named: str | None = None)
     for cfg in getattr(model, "peft_config", {}).values():
         cfg.base_model_name_or_path = base  # a real path while saving; the card's name is written after
     model.save_pretrained(final)
-    if folder.is_adapter(final):
+    if model_folder.is_adapter(final):
         return final, True, finish_adapter_config(final, base, named)
     tokenizer.save_pretrained(final)
     return final, False, ("model.safetensors",)
@@ -393,11 +312,11 @@ def finish_adapter_config(final: Path, base: str | Path, named: str | None = Non
     write ``target_modules`` sorted (peft keeps a set: its order, hence the checksum, varied between
     runs). Returns the files the adapter checksum covers."""
 
-    cfg = folder.read_adapter_config(final)
+    cfg = model_folder.read_adapter_config(final)
     record = base_record(named, Path(base))
     e5 = "intfloat/multilingual-e5-small (converted by `samelang models prepare`)"
     cfg["base_model_name_or_path"] = e5 if record["base"] == BASE_MODEL_NAME else record["base"]
     if isinstance(cfg.get("target_modules"), list):
         cfg["target_modules"] = sorted(cfg["target_modules"])
-    folder.write_adapter_config(final, cfg)
-    return (folder.ADAPTER_WEIGHTS, folder.ADAPTER_CONFIG)
+    model_folder.write_adapter_config(final, cfg)
+    return (model_folder.ADAPTER_WEIGHTS, model_folder.ADAPTER_CONFIG)

@@ -20,7 +20,7 @@ import logging
 from pathlib import Path
 
 from samelang.core.paths import REPO_MODELS
-from samelang.ground.atomic import atomic_write_text
+from samelang.primitives.atomic import atomic_write_text
 
 log = logging.getLogger("samelang")
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from samelang.core.folder import model_fingerprint
+from samelang.core.model_folder import model_fingerprint
 from samelang.core.models.contracts import Capabilities
 from samelang.core.models.encoder import Encoder
 from samelang.core.models.hub import locate

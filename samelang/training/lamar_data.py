@@ -23,7 +23,7 @@ from pathlib import Path
 
 from samelang.corpora import XQUAD_LANGS, check_langs, load_xquad
 from samelang.corpora.parallel import ParallelPassage
-from samelang.ground.atomic import atomic_write_text
+from samelang.primitives.atomic import atomic_write_text
 
 
 def lang_pair(c: int, langs: tuple[str, ...]) -> tuple[str, str]:

@@ -16,27 +16,21 @@ under ``models/``) or ``--full``. Same command on CPU and GPUs (bf16; ``torchrun
 
 from __future__ import annotations
 
-import shutil
-import time
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
 import torch
 from pydantic import Field, model_validator
-from tqdm.auto import tqdm
 
-from samelang.core import folder, options
+from samelang.core import model_folder, options
 from samelang.core.models.loading import adapter_base, keep_layers
 from samelang.core.models.model_card import ModelCardData, render_model_card
 from samelang.core.runtime.heads import causal_template, template_jinja, templated_pairs, yes_no_ids
 from samelang.corpora import XQUAD_LANGS, dev_articles, load_xquad
-from samelang.training import loop
+from samelang.training import runs
 from samelang.training.corpus import CorpusTrainingOptions
-from samelang.training.losses import LanguageCoherenceLoss, adr_mse, listwise_softmax
-from samelang.training.relevance_data import RelevanceGroup, build_relevance_groups
-from samelang.training.relevance_first import RankingBatches, RankingGroup, RelevanceFirstOptions
-from samelang.training.reranker_data import (
+from samelang.training.lamar_data import (
     CoherenceGroup,
     DistillInstance,
     build_coherence_groups,
@@ -44,15 +38,19 @@ from samelang.training.reranker_data import (
     ict_coherence_groups,
     retrieved_negatives,
 )
+from samelang.training.losses import LanguageCoherenceLoss, adr_mse, listwise_softmax
+from samelang.training.relevance_data import RelevanceGroup, build_relevance_groups
+from samelang.training.relevance_first import RankingBatches, RankingGroup, RelevanceFirstOptions
 from samelang.training.teachers import teacher_scores
+from samelang.training.trainer import Evaluator, Plan, epoch_batch, fit
 from samelang.training.user_data import UserDataOptions, fill_negatives
 
 HEAD_MODULES = ["classifier", "pooler"]  # new in a converted bi-encoder: trained in full, saved with the adapter
 GROUP_LABELS = (1.0, 1.0, 0.0, 0.0)
 
 
-class RerankerArgs(loop.TrainerArgs, CorpusTrainingOptions, RelevanceFirstOptions, UserDataOptions):
-    """Options of ``samelang train reranker`` (the shared ones in :class:`loop.TrainerArgs`)."""
+class RerankerArgs(runs.TrainerArgs, CorpusTrainingOptions, RelevanceFirstOptions, UserDataOptions):
+    """Options of ``samelang train reranker`` (the shared ones in :class:`runs.TrainerArgs`)."""
 
     stage: int = Field(
         1, ge=0, le=2, description="0: relevance (corpus QA, ICT, XQuAD train); 1: English-anchored distillation; "
@@ -110,7 +108,7 @@ class RerankerArgs(loop.TrainerArgs, CorpusTrainingOptions, RelevanceFirstOption
 def init_layers(args: RerankerArgs) -> int | None:
     """The layers the model keeps: ``--layers``, or the ``--init`` adapter's (a later stage must not
     change them: its adapter holds weights for those layers only)."""
-    saved = (folder.read_manifest(args.init) or {}).get("base_layers") if args.init else None
+    saved = (model_folder.read_manifest(args.init) or {}).get("base_layers") if args.init else None
     if saved and args.layers and saved != args.layers:
         raise ValueError(f"--init {args.init} keeps {saved} layers: --layers {args.layers} would not match it")
     return args.layers or saved
@@ -126,10 +124,10 @@ class RerankerModule(torch.nn.Module):
         from transformers import AutoConfig, AutoTokenizer  # deferred: keeps transformers out of start-up
 
         init = args.init
-        if init and folder.is_adapter(init):  # a later stage: the adapter's own base
-            self.base, self.named = str(adapter_base(init, home)), (folder.read_manifest(init) or {}).get("base")
+        if init and model_folder.is_adapter(init):  # a later stage: the adapter's own base
+            self.base, self.named = str(adapter_base(init, home)), (model_folder.read_manifest(init) or {}).get("base")
         else:
-            self.base, self.named = loop.resolve_base(init, args), init
+            self.base, self.named = runs.resolve_base(init, args), init
         self.layers = init_layers(args)
         trust = args.trust_remote_code
         self.tokenizer = AutoTokenizer.from_pretrained(self.base, trust_remote_code=trust)
@@ -139,12 +137,12 @@ class RerankerModule(torch.nn.Module):
         if self.layers:
             keep_layers(model, self.layers)
         torch.manual_seed(args.seed)  # the new head's initialisation is part of the run's seed
-        if init and folder.is_adapter(init):
+        if init and model_folder.is_adapter(init):
             from peft import PeftModel  # deferred: keeps peft out of start-up
 
             model = PeftModel.from_pretrained(model, init, is_trainable=True)
         elif not args.full:
-            model = loop.with_lora(model, args, [] if self.causal else HEAD_MODULES)
+            model = runs.with_lora(model, args, [] if self.causal else HEAD_MODULES)
         self.model = model
         self.max_length = args.max_length
 
@@ -152,7 +150,7 @@ class RerankerModule(torch.nn.Module):
         from transformers import AutoModelForSequenceClassification  # deferred: keeps transformers out of start-up
 
         # dropout off in the encoder (3-4x slower attention on CPU); LoRA has its own
-        kw = {k: v for k, v in loop.no_dropout(self.base).items() if k != "add_pooling_layer"}
+        kw = {k: v for k, v in runs.no_dropout(self.base).items() if k != "add_pooling_layer"}
         return AutoModelForSequenceClassification.from_pretrained(self.base, num_labels=1, trust_remote_code=trust,
                                                                   **kw)  # fmt: skip
 
@@ -162,7 +160,7 @@ class RerankerModule(torch.nn.Module):
         self.yes, self.no = yes_no_ids(self.tokenizer, self.base)
         self.template = causal_template(self.tokenizer, self.base)
         self.tokenizer.padding_side = "left"
-        kw = {k: v for k, v in loop.no_dropout(self.base).items() if k != "add_pooling_layer"}
+        kw = {k: v for k, v in runs.no_dropout(self.base).items() if k != "add_pooling_layer"}
         return AutoModelForCausalLM.from_pretrained(self.base, trust_remote_code=trust, **kw)
 
     def forward(self, queries: list[str], docs: list[str]) -> torch.Tensor:
@@ -239,27 +237,34 @@ def align_loss(module, batch: list[CoherenceGroup], lambda_lc: float, objective:
 # ----------------------------------------------------------------------------- dev slice
 
 
-@torch.no_grad()
-def dev_eval(module, articles: tuple[int, ...], n_questions: int, langs: tuple[str, ...]) -> dict:
-    """Oracle language coherence on a few dev questions (train articles held out of training):
-    each question in every language against its gold paragraph in every language; the share of
-    queries whose own-language paragraph comes first, and whether the gold paragraph beats the
-    article's other paragraphs (same language)."""
-    module.eval()
-    data = {x: load_xquad([x], split="train") for x in langs}
-    qs = [q for q in data["en"].questions if q.article in articles][:n_questions]
-    para = {x: {p.group: p.text for p in data[x].paragraphs} for x in langs}
-    qtext = {x: {q.id: q.text for q in data[x].questions} for x in langs}
-    first, beats = [], []
-    for q in qs:
-        others = [g for g in para["en"] if g != q.group and g.split("-")[1] == q.group.split("-")[1]]
-        for ql in langs:
-            s = module([qtext[ql][q.id]] * len(langs), [para[d][q.group] for d in langs]).cpu().numpy()
-            first.append(langs[int(np.argmax(s))] == ql)
-            neg = module([qtext[ql][q.id]] * len(others), [para[ql][g] for g in others]).cpu().numpy()
-            beats.append(float(s[langs.index(ql)] > neg.max()) if len(neg) else 1.0)
-    module.train()
-    return {"oracle_top1_same_lang": 100 * float(np.mean(first)), "gold_beats_article": 100 * float(np.mean(beats))}
+class CoherenceDev(Evaluator):
+    """Oracle language coherence on a few dev questions (train articles held out of training): each
+    question in every language against its gold paragraph in every language; the share of queries
+    whose own-language paragraph comes first (``oracle_top1_same_lang``), and how often the gold
+    paragraph beats the article's other paragraphs in the same language (``gold_beats_article``)."""
+
+    def __init__(self, every: int, articles: tuple[int, ...], n_questions: int, langs: tuple[str, ...]):
+        super().__init__(every)
+        self.articles, self.n_questions, self.langs = articles, n_questions, langs
+
+    @torch.no_grad()
+    def __call__(self, module) -> dict:
+        module.eval()
+        langs = self.langs
+        data = {x: load_xquad([x], split="train") for x in langs}
+        qs = [q for q in data["en"].questions if q.article in self.articles][: self.n_questions]
+        para = {x: {p.group: p.text for p in data[x].paragraphs} for x in langs}
+        qtext = {x: {q.id: q.text for q in data[x].questions} for x in langs}
+        first, beats = [], []
+        for q in qs:
+            others = [g for g in para["en"] if g != q.group and g.split("-")[1] == q.group.split("-")[1]]
+            for ql in langs:
+                s = module([qtext[ql][q.id]] * len(langs), [para[d][q.group] for d in langs]).cpu().numpy()
+                first.append(langs[int(np.argmax(s))] == ql)
+                neg = module([qtext[ql][q.id]] * len(others), [para[ql][g] for g in others]).cpu().numpy()
+                beats.append(float(s[langs.index(ql)] > neg.max()) if len(neg) else 1.0)
+        module.train()
+        return {"oracle_top1_same_lang": 100 * float(np.mean(first)), "gold_beats_article": 100 * float(np.mean(beats))}
 
 
 # ----------------------------------------------------------------------------- trainer
@@ -298,8 +303,9 @@ def stage_data(args: RerankerArgs, home: Path, dev: tuple[int, ...], langs: tupl
 
 
 def train_reranker(args: RerankerArgs, log=print) -> Path:
-    rank, world, local_rank, device = loop.start(args)
-    home, langs = args.home, loop.langs_of(args.langs)
+    """One stage of the LAMAR recipe (``args.stage``) on the one loop (:func:`~samelang.training.trainer.fit`)."""
+    rank, world, local_rank, device = runs.start(args)
+    home, langs = args.home, runs.langs_of(args.langs)
     dev = dev_articles(args.dev_n_articles)
     user = fill_negatives(args.user_pairs(), args.negatives_per_query, args.seed)  # checked before any step
     data, targets = stage_data(args, home, dev, langs, device, user, log)
@@ -313,61 +319,42 @@ def train_reranker(args: RerankerArgs, log=print) -> Path:
     total = args.max_steps or max(1, int(steps_per_epoch * args.epochs))
     module = RerankerModule(args, home).to(device)
     args.layers = module.layers  # a later stage records the layers its --init kept (the loader reads them)
-    fwd, params, opt, sched, step, history = loop.setup(module, args, total, device, local_rank, world, log)
-    t0 = time.perf_counter()
-    bar = tqdm(total=total, initial=step, desc=f"train reranker (stage {args.stage})", disable=rank != 0)
-    while step < total:
-        started = time.perf_counter()
-        epoch, pos = divmod(step, steps_per_epoch)
-        order = np.random.default_rng(args.seed + epoch).permutation(len(data))
-        start = (pos * world + rank) * args.batch_size
-        idx = order[start : start + args.batch_size]
+
+    def terms(fwd, step: int) -> dict:
+        idx = epoch_batch(step, steps_per_epoch, len(data), args.batch_size, args.seed, world, rank)
         batch = [data[i] for i in idx]
-        with loop.autocast(device, args.precision):
-            if args.stage == 0:
-                parts = relevance_loss(fwd, batch)
-            elif args.stage == 1:
-                parts = distill_loss(fwd, batch, targets[idx])
-            else:
-                parts = align_loss(fwd, batch, args.lambda_lc, args.objective)
-            parts = with_ranking_terms(parts, fwd, {"relevance_first": ranking, "relevance_data": user}, step)
-        step += 1
-        rec = loop.optimiser_step(parts, params, opt, sched, step, started)
-        bar.update(1)
-        bar.set_postfix({k: f"{v:.4f}" for k, v in rec.items() if k not in ("step", "lr", "seconds")})
-        if rank == 0 and dev and args.dev_questions and (step % args.eval_every == 0 or step == total):
-            with loop.autocast(device, args.precision):
-                rec["dev"] = dev_eval(module, dev, args.dev_questions, langs)
-            log(f"step {step}: dev {rec['dev']}")
-        history.append(rec)
-        if rank == 0 and step % args.save_every == 0 and step < total:
-            loop.save_checkpoint(args.out, step, module, opt, sched, history, keep=("lora_", "modules_to_save"))
-    bar.close()
-    if rank == 0:
-        _save_final(args, module, history, time.perf_counter() - t0, len(data), world)
-        shutil.rmtree(args.out / "checkpoints", ignore_errors=True)
-    if world > 1:
-        torch.distributed.barrier()
-    return args.out
+        if args.stage == 0:
+            parts = relevance_loss(fwd, batch)
+        elif args.stage == 1:
+            parts = distill_loss(fwd, batch, targets[idx])
+        else:
+            parts = align_loss(fwd, batch, args.lambda_lc, args.objective)
+        return with_ranking_terms(parts, fwd, {"relevance_first": ranking, "relevance_data": user}, step)
+
+    def save(history: list, seconds: float) -> None:
+        _save_final(args, module, history, seconds, len(data), world)
+
+    watch = [CoherenceDev(args.eval_every, dev, args.dev_questions, langs)] if dev and args.dev_questions else []
+    return fit(module, args, total, device, Plan(f"train reranker (stage {args.stage})", terms, save, watch), log)
 
 
 def _save_final(args: RerankerArgs, module: RerankerModule, history, seconds: float, n: int, world: int) -> None:
     """Write the model folder atomically (everything but checkpoints/ is replaced)."""
     if module.causal:  # the template it was trained with, for serving and sentence-transformers alike
         module.tokenizer.chat_template = template_jinja(module.template)
-    final, adapter, weights = loop.save_model(args.out, module.model, module.tokenizer, module.base, module.named)
+    final, adapter, weights = runs.save_model(args.out, module.model, module.tokenizer, module.base, module.named)
     kind = "cross-encoder-lora-adapter" if adapter else "cross-encoder"
     counts = {"n_instances": n, "steps": len(history)}
-    training_args = loop.write_run_files(
+    training_args = runs.write_run_files(
         final, args, module.base, history, seconds, world, counts, kind, weights, named=module.named
     )
-    loop.replace_contents(final, args.out)
-    folder.write_card(args.out, model_card(args, training_args))
+    runs.replace_contents(final, args.out)
+    model_folder.write_card(args.out, model_card(args, training_args))
 
 
 def reproduce_command(args: RerankerArgs) -> str:
     """The command that rebuilds this stage, from the options' own declaration."""
-    return options.reproduce_command("samelang train reranker", args, skip=loop.OPERATIONAL, first=("stage",))
+    return options.reproduce_command("samelang train reranker", args, skip=runs.OPERATIONAL, first=("stage",))
 
 
 def full_recipe(args: RerankerArgs) -> str:
@@ -377,7 +364,7 @@ def full_recipe(args: RerankerArgs) -> str:
     names = set(RerankerArgs.model_fields)
     init = args.init
     while init and len(lines) < 4:  # relevance -> stage 1 -> stage 2: never deeper (nor round a cycle)
-        saved = folder.read_training_args(init)
+        saved = model_folder.read_training_args(init)
         if saved is None or "stage" not in saved:
             break
         earlier = RerankerArgs(**{k: v for k, v in saved.items() if k in names})
@@ -389,7 +376,7 @@ def full_recipe(args: RerankerArgs) -> str:
 def stage1_teacher(args: RerankerArgs) -> str:
     """The teacher stage 1 distilled: this run's ``--teacher`` for stage 1; for stage 2 the one
     ``--init``'s ``training_args.json`` names (stage 2 distils nothing: its own flag is unused)."""
-    saved = folder.read_training_args(args.init) if args.stage == 2 and args.init else None
+    saved = model_folder.read_training_args(args.init) if args.stage == 2 and args.init else None
     return str(saved.get("teacher", "?")) if saved is not None else args.teacher
 
 
@@ -419,7 +406,7 @@ def model_card(args: RerankerArgs, training_args: dict, eval_markdown: str | Non
             reproduce=full_recipe(args).splitlines(),
             trained=f"Trained for {training_args.get('steps', '?')} steps x {args.batch_size} "
             f"{unit[args.stage]} (of {training_args['n_instances']} built) "
-            f"in {loop.timing_line(training_args)} "
+            f"in {runs.timing_line(training_args)} "
             f"(world size {training_args['world_size']}, torch {training_args['torch']}).",
             eval_command="samelang eval reranker --model <this folder> --card",
             evaluation=eval_markdown,

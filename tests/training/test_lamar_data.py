@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 from samelang.corpora import XQUAD_LANGS, dev_articles, load_split, load_xquad
-from samelang.training.reranker_data import build_coherence_groups, build_distill_instances, lang_pair
+from samelang.training.lamar_data import build_coherence_groups, build_distill_instances, lang_pair
 
 DEV = dev_articles(3)
 
@@ -113,7 +113,7 @@ def test_ict_coherence_groups_cross_languages_within_a_document():
     """Stage 2's groups from the parallel passages: a sentence in src as the query, the rest of its
     passage in src and tgt, another passage of the same document in both as the negative."""
     from samelang.corpora.parallel import ParallelPassage
-    from samelang.training.reranker_data import ict_coherence_groups
+    from samelang.training.lamar_data import ict_coherence_groups
 
     langs = ("en", "de", "zh")
 

@@ -20,10 +20,10 @@ import numpy as np
 import pytest
 
 from samelang.corpora import Document
-from samelang.ground import atomic as A
-from samelang.ground.identity import ModelInfo
 from samelang.indexes.index import open_index
 from samelang.indexes.writes import build_index
+from samelang.primitives import atomic as A
+from samelang.primitives.identity import ModelInfo
 
 REPO = Path(__file__).resolve().parents[2]
 DIM = 8
@@ -49,9 +49,9 @@ CHILD = textwrap.dedent(
     """
     import os, signal, sys
     from pathlib import Path
-    import samelang.ground.atomic as A
+    import samelang.primitives.atomic as A
     import samelang.indexes.writes as I
-    from tests.ground.test_atomic import MODEL, corpus, embed
+    from tests.primitives.test_atomic import MODEL, corpus, embed
 
     path, kill_at = Path(sys.argv[1]), sys.argv[2]
     die = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)

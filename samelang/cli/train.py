@@ -11,12 +11,12 @@ import json
 
 import typer
 
+from samelang.cli.evaluate import eval_app
 from samelang.core import options
 from samelang.core.paths import DATA_DOC
 from samelang.corpora.fetch import fetch_sources
 from samelang.corpora.provenance import PROVENANCE, render_provenance
-from samelang.evaluation.cli import eval_app
-from samelang.ground.atomic import atomic_write_text
+from samelang.primitives.atomic import atomic_write_text
 from samelang.training.ablation import AblationOptions, BiencoderAblation
 from samelang.training.adapt import Adaptation, AdaptOptions
 from samelang.training.adapt_eval import AdaptEvalOptions, run_adapt_eval
@@ -30,8 +30,8 @@ from samelang.training.corpus import (
     import_sources,
     info_report,
 )
+from samelang.training.lamar import RerankerArgs, train_reranker
 from samelang.training.reader import ReaderArgs, train_reader
-from samelang.training.reranker import RerankerArgs, train_reranker
 
 train_app = typer.Typer(help="Train the models (CPU for small runs, GPUs via torchrun).", no_args_is_help=True)
 data_app = typer.Typer(help="The training corpora: import, keep XQuAD out, describe.", no_args_is_help=True)

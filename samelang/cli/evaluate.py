@@ -1,9 +1,9 @@
 """``samelang eval ...``: argument parsing only.
 
 Each command's options are one declared class (:mod:`samelang.core.options` turns its fields into
-flags and ``SAMELANG_*`` variables); the work is done by the evaluation objects of this package,
-which own their scoring, caches and written sections. ``eval biencoder-ablation`` trains, so it
-joins this group from :mod:`samelang.training.cli`.
+flags and ``SAMELANG_*`` variables); the work is done by the evaluation objects of
+:mod:`samelang.evaluation`, which own their scoring, caches and written sections.
+``eval biencoder-ablation`` trains, so it joins this group from :mod:`samelang.cli.train`.
 """
 
 from __future__ import annotations

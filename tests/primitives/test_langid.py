@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from samelang.corpora import XQUAD_LANGS, load_xquad
-from samelang.ground.langid import get_identifier
+from samelang.primitives.langid import get_identifier
 
 
 @pytest.mark.parametrize("lang", XQUAD_LANGS)
@@ -30,7 +30,7 @@ def test_mixed_script_and_empty():
 def test_script_shares_counted_by_regex_are_the_letter_by_letter_shares(lang):
     """The script check counts with regular expressions (a paragraph in microseconds); on real
     paragraphs it decides exactly what counting letter by letter with ``str.isalpha`` decides."""
-    from samelang.ground.langid import _SCRIPT_RANGES, DEFAULT_DETECT_LANGS, _script_language
+    from samelang.primitives.langid import _SCRIPT_RANGES, DEFAULT_DETECT_LANGS, _script_language
 
     def by_letter(text):
         letters = [ord(c) for c in text if c.isalpha()]
@@ -51,7 +51,7 @@ def test_script_shares_counted_by_regex_are_the_letter_by_letter_shares(lang):
 def test_only_letters_decide_the_script():
     """Marks that live in a script's code block but are not letters ("・" in the kana block, Arabic
     punctuation, Devanagari's danda) do not make a text that language; confidence stays <= 1."""
-    from samelang.ground.langid import DEFAULT_DETECT_LANGS, _script_language
+    from samelang.primitives.langid import DEFAULT_DETECT_LANGS, _script_language
 
     zh = _script_language("伦敦・巴黎是两个城市", DEFAULT_DETECT_LANGS)
     assert zh is not None and zh[0] == "zh"
