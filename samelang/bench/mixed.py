@@ -204,7 +204,8 @@ async def _traffic(url: str, pid: int, seconds: float, concurrency: int, index_l
     kinds = weighted_kinds(MIX)
     stats = {k: {"requests": 0, "ok": [], "rejected": [], "errors": []} for k, _ in MIX}
     rss: list[tuple[float, float]] = []  # (seconds since start, server RSS MB)
-    start, deadline = time.monotonic(), time.monotonic() + seconds
+    start = time.monotonic()
+    deadline = start + seconds
 
     async def worker(client: httpx.AsyncClient):
         while time.monotonic() < deadline:

@@ -131,7 +131,7 @@ class Evaluator(abc.ABC):
 
 @dataclass
 class Plan:
-    """What one trainer asks of the runs.
+    """What one trainer asks of the loop.
 
     ``terms(fwd, step)``: the step's loss terms, ``"loss"`` their sum (``fwd``: the module, DDP-wrapped
     on several processes); ``save(history, seconds)``: writes the model folder on rank 0;
