@@ -36,7 +36,10 @@ class ServedDefaults:
     """What ``samelang serve`` runs when no flag says otherwise: the pipeline row that won the
     end-to-end evaluation (reader-gold nDCG@1 on the 12-language pool, ties: lower latency).
     Models are named by their folder under ``models/`` or ``base``; ``reranker`` is ``none``,
-    ``cosine`` or a cross-encoder folder name."""
+    ``cosine`` or a cross-encoder folder name. ``search_reranks`` false (``"rerank": false`` in the
+    file): ``/search`` and ``/answer`` rerank nothing by default, and ``reranker`` is still the
+    cross-encoder that ``/rerank`` (and a request that asks to rerank) uses, so that a faster served
+    row does not leave ``/rerank`` to the bi-encoder's cosine."""
 
     retriever: str = BASE
     reranker: str = "none"
@@ -45,10 +48,17 @@ class ServedDefaults:
     lexical_weight: float = 0.0  # BM25's weight in hybrid retrieval (0: dense only)
     rerank_fusion: float = 0.0  # the retriever's weight beside the reranker's (0: the reranker alone)
     answer_mode: str = "generative"  # /answer: the generator writes (generative) or the reader copies (extractive)
+    search_reranks: bool = True  # whether /search reranks by default (the file's "rerank")
 
     @property
     def rerank(self) -> bool:
-        return self.reranker != "none"
+        """Whether the served search reranks (a cross-encoder is named and the row reranks)."""
+        return self.reranker != "none" and self.search_reranks
+
+    @property
+    def search_reranker(self) -> str:
+        """The served search row's cross-encoder: ``reranker`` when it reranks, else ``none``."""
+        return self.reranker if self.rerank else "none"
 
 
 def served_defaults(path: Path = SERVED_DEFAULTS) -> ServedDefaults:
@@ -60,6 +70,7 @@ def served_defaults(path: Path = SERVED_DEFAULTS) -> ServedDefaults:
     return ServedDefaults(
         d["retriever"], d["reranker"], d["candidates"], int(d.get("rerank_k", 20)), float(d.get("lexical_weight", 0.0)),
         float(d.get("rerank_fusion", 0.0)), _answer_mode(d.get("answer_mode", "generative"), path),
+        bool(d.get("rerank", True)),
     )  # fmt: skip
 
 

@@ -79,8 +79,10 @@ def gold_paragraphs() -> dict[str, str]:
 
 
 def served_row() -> ShapeRow:
+    """What ``/search`` runs by default (``models/serving.json``): its reranker only when it reranks."""
     s = served_defaults()
-    return ShapeRow(s.retriever, s.lexical_weight, s.candidates, s.reranker, s.rerank_k, s.rerank_fusion)
+    row = ShapeRow(s.retriever, s.lexical_weight, s.candidates, s.search_reranker, s.rerank_k, s.rerank_fusion)
+    return row if row.reranked else row.unreranked
 
 
 def score(answers: list[tuple[str | None, str | None]], queries: list, golds: dict, reader_lang_only: bool,

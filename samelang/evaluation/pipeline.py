@@ -397,7 +397,8 @@ def evaluation_from(options: PipelineEvalOptions, log=print) -> PipelineEvaluati
     now = served_defaults()
     return PipelineEvaluation(
         home, retrievers, ces, full=options.full, per_lang=options.per_lang, cache=options.cache, log=log,
-        max_questions=options.max_questions, served=(now.retriever, now.reranker, now.candidates, now.lexical_weight),
+        max_questions=options.max_questions,
+        served=(now.retriever, now.search_reranker, now.candidates, now.lexical_weight),
         lexical={} if not options.lexical else tuned_weights(),
     )  # fmt: skip
 

@@ -230,12 +230,24 @@ def strengths(results: dict, chosen: ShapeRow) -> dict[str, list[str]]:
     return {"good_at": good, "bad_at": bad}
 
 
+def served_entry(chosen: ShapeRow, verdict: dict) -> dict:
+    """``serving.json``'s ``served``: the chosen row; when it reranks nothing, the best reranked row
+    over the same retriever (by its dev mean) still names the cross-encoder, its ``rerank_k`` and
+    weight, with ``"rerank": false``: ``/search`` stays fast and ``/rerank`` (or a request that asks to
+    rerank) gets the measured cross-encoder, not the bi-encoder's cosine."""
+    over = [r for r in verdict if r.reranked and r.unreranked == chosen]
+    if chosen.reranked or not over:
+        return chosen.served
+    best = max(over, key=lambda r: verdict[r]["mean"])
+    return {**best.served, "rerank": False}
+
+
 def write_serving(
     path: Path, chosen: ShapeRow, train: dict, test: dict, verdict: dict, command: str, ood: dict | None = None
 ) -> None:
-    """``models/serving.json``: the served row, the rule, and the tables behind it (``train``: what
-    chose, the dev articles' questions of the train-article shapes; test: the report; ``ood``: the
-    out-of-domain shape's means per row, when it ran)."""
+    """``models/serving.json``: the served row (:func:`served_entry`), the rule, and the tables behind
+    it (``train``: what chose, the dev articles' questions of the train-article shapes; test: the
+    report; ``ood``: the out-of-domain shape's means per row, when it ran)."""
 
     def table(results):
         return {r.name: {s: round(v, 2) for s, v in primary(res).items()} for r, res in results.items()}
@@ -243,7 +255,7 @@ def write_serving(
     before = json.loads(path.read_text()) if path.exists() else {}
     kept = {k: v for k, v in before.get("served", {}).items() if k == "answer_mode"}  # samelang eval answer's
     data = {
-        "served": {**chosen.served, **kept},
+        "served": {**served_entry(chosen, verdict), **kept},
         "rule": "best mean of the shapes' primary metrics (parallel reader-gold nDCG@1, partial found@1, one found@1, "
         "Mono-Same nDCG@10) on the train-article shapes' questions from the dev articles (held out of every "
         "training run), among rows no shape puts more than 1 point below the base "

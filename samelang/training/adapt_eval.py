@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import shutil
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from pydantic import Field
@@ -19,6 +20,7 @@ from pydantic import Field
 from samelang.core.catalogue import served_defaults
 from samelang.core.paths import EVALUATION_DOC
 from samelang.corpora.store import CorporaOption
+from samelang.evaluation.answers import served_row
 from samelang.evaluation.collection_shapes import ShapeJudge
 from samelang.evaluation.common import EvalOptions, Report
 from samelang.evaluation.ood import OutOfDomain, ood_table
@@ -41,11 +43,10 @@ class AdaptEvalOptions(EvalOptions, CorporaOption):
 def rows_for(adapted: Path) -> list[ShapeRow]:
     """Base dense, the served retriever and the served default, then the adapted retriever alone and under the
     served reranker."""
-    s = served_defaults()
-    served = ShapeRow(s.retriever, s.lexical_weight, s.candidates, s.reranker, s.rerank_k, s.rerank_fusion)
-    rows = [ShapeRow("base"), served.unreranked, served, ShapeRow(str(adapted), s.lexical_weight, s.candidates)]
+    served = served_row()
+    rows = [ShapeRow("base"), served.unreranked, served, replace(served.unreranked, retriever=str(adapted))]
     if served.reranked:
-        rows.append(ShapeRow(str(adapted), s.lexical_weight, s.candidates, s.reranker, s.rerank_k, s.rerank_fusion))
+        rows.append(replace(served, retriever=str(adapted)))
     return list(dict.fromkeys(rows))
 
 
@@ -66,7 +67,7 @@ def run_adapt_eval(opts: AdaptEvalOptions, log=print) -> Report:
     for row in rows_for(adapted):
         results[row] = ood.evaluate(row)
         log(f"{row.name}: ood found@1 {results[row]['found_at_1']['mean']:.1f}")
-    served = next(r for r in results if r.retriever == s.retriever and r.reranker == s.reranker)
+    served = served_row()
     table = ood_table(results, served, ShapeRow("base"), ood.source).replace(str(adapted), "adapted")
     text = "\n".join([SECTION, "", table, "", guard_lines(report), "",
                       f"Command: `samelang eval adapt --minutes {opts.minutes:g} --max-steps {opts.max_steps}` "

@@ -156,6 +156,35 @@ def test_served_defaults_file_drives_the_service(tmp_path, monkeypatch):
     assert (d.rerank, d.rerank_k, d.rerank_fusion, d.lexical_weight) == (True, 20, 0.0, 0.04)
 
 
+def test_a_faster_unreranked_row_keeps_its_cross_encoder_for_rerank(tmp_path, monkeypatch):
+    """The rule serves a row that reranks nothing: /search does not rerank, yet /rerank (and a request
+    that asks to rerank) gets the best reranked row's cross-encoder, k and weight, not the cosine."""
+    from samelang.core import catalogue
+    from samelang.evaluation import serving_rule as S
+    from samelang.service.config import ServiceSettings
+
+    plain = S.ShapeRow("e5-small-fused", 0.04)
+    over = [S.ShapeRow("e5-small-fused", 0.04, reranker="lamar-e5-small", rerank_k=k, fusion=4.0) for k in (10, 20)]
+    other = S.ShapeRow("base", reranker="elsewhere")  # reranks another retriever: never the one named
+    verdict = {plain: {"mean": 90.0}, over[0]: {"mean": 91.0}, over[1]: {"mean": 91.5}, other: {"mean": 99.0}}
+    served = S.served_entry(plain, verdict)
+    assert (served["reranker"], served["rerank_k"], served["rerank_fusion"], served["rerank"]) == (
+        "lamar-e5-small", 20, 4.0, False)  # fmt: skip
+    assert S.served_entry(over[0], verdict) == over[0].served  # a reranked row is served as it is
+    assert S.served_entry(plain, {plain: {"mean": 90.0}}) == plain.served  # nothing reranked it: none
+    path = tmp_path / "serving.json"
+    path.write_text(json.dumps({"served": served}))
+    monkeypatch.setattr(catalogue, "SERVED_DEFAULTS", path)
+    monkeypatch.setattr(catalogue.served_defaults, "__defaults__", (path,))
+    measured = catalogue.served_defaults()
+    assert (measured.rerank, measured.search_reranker, measured.reranker) == (False, "none", "lamar-e5-small")
+    assert catalogue.default_reranker(None) == catalogue.LAMAR_RERANKER  # what /rerank loads
+    d = ServiceSettings().pipeline_defaults()
+    assert (d.rerank, d.rerank_k, d.rerank_fusion) == (False, 20, 4.0)
+    assert ServiceSettings(rerank=True).pipeline_defaults().rerank is True
+    assert ServiceSettings(reranker="lamar-e5-small").unmeasured_models() == {}
+
+
 def test_best_row_prefers_quality_then_latency_then_simplicity():
     def row(name, ndcg, ms, reranker="none", strategy="groups", lexical=0.0, graded=50.0):
         r = ev.Row(name, reranker, strategy, lexical=lexical)

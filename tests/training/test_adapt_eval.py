@@ -16,8 +16,8 @@ def test_rows_put_the_adapted_retriever_beside_the_base_and_the_served_default()
     assert rows[0] == ShapeRow("base") and rows[1].retriever == s.retriever and not rows[1].reranked
     adapted = [r for r in rows if r.retriever == "/x/adapted"]
     assert adapted[0].lexical == s.lexical_weight and not adapted[0].reranked
-    assert len(rows) == len(set(rows)) and (len(adapted) == 2) == (s.reranker != "none")
-    if s.reranker != "none":
+    assert len(rows) == len(set(rows)) and (len(adapted) == 2) == s.rerank
+    if s.rerank:
         assert adapted[1].reranker == s.reranker and adapted[1].fusion == s.rerank_fusion
 
 
