@@ -45,9 +45,9 @@ class EncoderFacts:
     """What TEI's ``/info`` says of the served bi-encoder."""
 
     name: str
-    fingerprint: str
-    precision: str
-    max_length: int
+    fingerprint: str  # what its vectors depend on: an index built with another one is refused
+    precision: str  # the engine's: fp32, bf16 or int8
+    max_length: int  # tokens per input; longer ones are truncated
     max_batch_tokens: int
 
 

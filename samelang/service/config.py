@@ -144,10 +144,11 @@ class ServiceSettings(Limits, StoreOptions):
     )
     body_timeout_s: float = Field(15.0, gt=0, description="a request body must arrive within this; else 408")
     max_concurrent_requests: int = Field(
-        32, ge=1,
+        32,
+        ge=1,
         description="requests running model work at once (text-embeddings-inference's name; micro-batches gather "
         "from these, so it is their ceiling too); the rest queue",
-    )  # fmt: skip
+    )
     max_queued_requests: int = Field(
         32, ge=0, description="requests waiting for a turn at most; past it a 429 at once, with Retry-After"
     )

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import random
 
-import numpy as np
 import pytest
 
 from samelang.corpora.sources import SOURCES
@@ -35,7 +34,6 @@ def views(store):
 
 
 def test_the_views_hold_enough_to_learn_from(views):
-    assert views.seconds <= 30  # loading every view, on 2 cores
     per_lang = {}
     for r in views.qa:
         per_lang[r.lang] = per_lang.get(r.lang, 0) + 1
@@ -53,24 +51,38 @@ def test_no_passage_comes_from_an_xquad_article(views):
     assert not [p.id for p in views.passages.values() if p.title and title_key(p.title) in titles]
 
 
-def test_no_kept_passage_is_over_the_calibrated_threshold(store, views, samelang_home):
-    """Every passage the filter flagged is out, and a sample of kept ones, embedded again, is under it."""
+def kept_passages_over_the_threshold(store, views, home, langs) -> float:
+    """Every passage the filter flagged is out; a sample of kept ones, embedded again, is compared with the
+    XQuAD paragraphs in ``langs``: returns the highest cosine (the filter's threshold is cross-language)."""
     from samelang.core.catalogue import resolve_model
-    from samelang.core.models.encoder import Encoder  # deferred: the model only for this test
-    from samelang.evaluation.biencoder import embed_xquad
+    from samelang.core.models.encoder import Encoder  # deferred: the model only for these tests
+    from samelang.corpora import load_xquad
 
     c = read_contamination(store)
     cal = c["calibration"]
     assert cal["caught_pct"] == 100.0 and cal["threshold"] <= cal["start"]
     kept = set(views.passages) | {p.id for p in views.parallel}
     assert not kept & set(c["dropped"])
-    enc = Encoder(resolve_model(c["model"], samelang_home), home=samelang_home)
+    enc = Encoder(resolve_model(c["model"], home), home=home)
     assert enc.fingerprint == c["fingerprint"]
-    X = np.concatenate(list(embed_xquad(enc, samelang_home / "cache").passages.values()))
+    X = enc.encode_passages([p.text for p in load_xquad(list(langs)).paragraphs])
     sample = random.Random(0).sample(sorted(p.text for p in views.passages.values()), 48)
     sample += [p.text(lang) for p in random.Random(1).sample(views.parallel, 4) for lang in XQUAD_LANGS]
-    best = (enc.encode_passages(sample) @ X.T).max(axis=1)
-    assert best.max() < cal["threshold"], float(best.max())
+    best = float((enc.encode_passages(sample) @ X.T).max())
+    assert best < cal["threshold"], best
+    return best
+
+
+def test_no_kept_passage_is_over_the_calibrated_threshold_against_english(store, views, samelang_home):
+    """The kept sample against the English XQuAD paragraphs (the threshold is calibrated on cross-language
+    pairs, so a translation of one of them is near its English version too); all 12 languages: the slow twin."""
+    kept_passages_over_the_threshold(store, views, samelang_home, ["en"])
+
+
+@pytest.mark.slow
+def test_no_kept_passage_is_over_the_calibrated_threshold(store, views, samelang_home):
+    """The kept sample against the XQuAD paragraphs of all 12 languages (2,880 passages embedded)."""
+    kept_passages_over_the_threshold(store, views, samelang_home, XQUAD_LANGS)
 
 
 def test_only_declared_sources_are_read_and_no_xquad_paragraph_is_in_them(views):

@@ -7,11 +7,15 @@ Why: without a bound, a burst waits in the thread pool until each request's dead
 answers (``--max-concurrent-requests``: 429 "overloaded" at once), so that they retry elsewhere instead of
 holding a connection. A waiting request whose client has gone leaves the queue before any model work; a
 server that is shutting down admits nothing more. ``/health``, ``/ready`` and ``/metrics`` never come here.
+The bound is kept twice: :class:`AdmissionMiddleware` counts the model-work requests inside the server and
+answers the rest before their body is read or a route matched (a burst's 429s must not wait behind the
+parsing of the requests ahead of them); :meth:`Admission.enter` gives the turns at model work.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import time
 
@@ -38,6 +42,7 @@ class Admission:
     def __init__(self, max_running: int, max_queued: int, metrics):
         self.max_running, self.max_queued, self.metrics = max_running, max_queued, metrics
         self.running = self.queued = 0
+        self.inside = 0  # model-work requests past AdmissionMiddleware and not yet answered
         self.closed = False
         self._free: asyncio.Semaphore | None = None  # made on the event loop, at first use
 
@@ -103,6 +108,42 @@ class Ticket:
         if self._admission is not None:
             self._admission._leave()
             self._admission = None
+
+
+class AdmissionMiddleware:
+    """ASGI: a POST to a model-work route (``routes``: path -> route, those that document a 429) when
+    ``max_concurrent_requests + max_queued_requests`` such requests are already inside is answered 429
+    at once, in its dialect's shape, before its body is read or a route is matched; an overloaded server
+    says only that it is busy, so it answers so before the API key is checked. The rest pass, counted
+    until they are answered."""
+
+    def __init__(self, app, admission: Admission, routes: dict):
+        self.app, self.admission, self.routes = app, admission, routes
+
+    async def __call__(self, scope, receive, send):
+        route = self.routes.get(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
+        if route is None:
+            return await self.app(scope, receive, send)
+        a = self.admission
+        if a.inside >= a.max_running + a.max_queued and not a.closed:
+            scope["route"] = route  # the metrics' path label
+            a.metrics.rejected.labels(scope["path"]).inc()
+            exc = Overloaded(a.running, a.queued)
+            body = json.dumps(overloaded_body(scope["path"], str(exc), scope.get("samelang_request_id"))).encode()
+            headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                       *((k.encode(), v.encode()) for k, v in retry_after(exc).items())]  # fmt: skip
+            await send({"type": "http.response.start", "status": 429, "headers": headers})
+            return await send({"type": "http.response.body", "body": body})
+        a.inside += 1
+        try:
+            return await self.app(scope, receive, send)
+        finally:
+            a.inside -= 1
+
+
+def model_work_routes(routes) -> dict:
+    """The routes admission control bounds: the POST routes whose documented answers include the 429."""
+    return {r.path: r for r in routes if 429 in (getattr(r, "responses", None) or {}) and "POST" in r.methods}
 
 
 def retry_after(exc: Overloaded) -> dict[str, str]:

@@ -17,7 +17,7 @@ from fastapi.staticfiles import StaticFiles
 
 from samelang.retrieval.limits import Limits
 from samelang.service.api import errors
-from samelang.service.api.admission import Admission
+from samelang.service.api.admission import Admission, AdmissionMiddleware, model_work_routes
 from samelang.service.api.dialects import Dialects
 from samelang.service.api.middleware import GuardMiddleware, RequestIdMiddleware
 from samelang.service.api.native.router import STATIC
@@ -101,12 +101,15 @@ def create_app(cfg: ServiceSettings, components: Components | None = None) -> Fa
     app.state.admission = Admission(cfg.max_concurrent_requests, cfg.max_queued_requests, app.state.metrics)
     app.openapi = _openapi_with_limits(app, cfg)
     errors.install(app)
-    for dialect in (native_router, rerank_router, openai_router, tei_router):  # /rerank: both bodies
-        app.include_router(dialect())
+    routers = [dialect() for dialect in (native_router, rerank_router, openai_router, tei_router)]  # /rerank: both
+    for router in routers:
+        app.include_router(router)
     app.mount("/audit/assets", StaticFiles(directory=STATIC), name="audit-assets")
     app.add_middleware(
         GuardMiddleware, max_body_bytes=cfg.max_body_bytes, api_key=cfg.api_key, body_timeout_s=cfg.body_timeout_s
     )
+    work = model_work_routes(r for router in routers for r in router.routes)
+    app.add_middleware(AdmissionMiddleware, admission=app.state.admission, routes=work)
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
     app.add_middleware(RequestIdMiddleware)
     return app
