@@ -19,6 +19,7 @@ from pydantic import Field
 
 from samelang.core.catalogue import served_defaults
 from samelang.core.paths import EVALUATION_DOC
+from samelang.core.runtime.precision import cpu_summary
 from samelang.corpora.store import CorporaOption
 from samelang.evaluation.answers import served_row
 from samelang.evaluation.collection_shapes import ShapeJudge
@@ -71,7 +72,7 @@ def run_adapt_eval(opts: AdaptEvalOptions, log=print) -> Report:
     table = ood_table(results, served, ShapeRow("base"), ood.source).replace(str(adapted), "adapted")
     text = "\n".join([SECTION, "", table, "", guard_lines(report), "",
                       f"Command: `samelang eval adapt --minutes {opts.minutes:g} --max-steps {opts.max_steps}` "
-                      f"({(time.perf_counter() - t0) / 60:.0f} min on this machine; the adaptation's own times: "
+                      f"({(time.perf_counter() - t0) / 60:.0f} min on {cpu_summary()}; the adaptation's own times: "
                       + ", ".join(f"{k} {v:g} s" for k, v in report["seconds"].items()) + ")."])  # fmt: skip
     out = Report(text, {"adapt": report, "rows": {r.name: v for r, v in results.items()}})
     out.write(opts.out)
