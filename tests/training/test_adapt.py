@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+
 from samelang.indexes.generations import read_index_manifest
 from samelang.training.adapt import Adaptation, AdaptOptions
 
@@ -53,3 +55,35 @@ def test_adapt_fits_any_bi_encoder_serve_accepts(tiny_models, samelang_home, tmp
     assert record["kind"] == "lora-adapter" and report["adapted"] == str(tmp_path / "a" / "work" / "encoder")
     assert report["dev"]["after"]["queries"] == report["dev"]["before"]["queries"]
     assert read_index_manifest(index)["generation"] == 1  # --no-apply: measured, nothing changed
+
+
+def test_a_fused_retrievers_untrained_half_is_kept_not_embedded_again(
+    tmp_path, samelang_home, base_model_path, monkeypatch
+):
+    """Adapting a fused retriever trains its cross-language half only: the collection's new vectors keep the
+    stored reader's-language half (never embedded again) beside the new cross half, equal to embedding both."""
+    from samelang.core.catalogue import REPO_MODELS, open_encoder
+    from samelang.core.models.fused import FusionConfig
+    from samelang.corpora import Document, load_xquad
+    from samelang.indexes.index import open_index
+    from samelang.indexes.writes import build_index
+    from samelang.training import adapt_data as D
+    from samelang.training.adapt import embed_after
+
+    served = open_encoder(REPO_MODELS / "e5-small-fused", home=samelang_home)
+    FusionConfig(same="base", cross="e5-small-aligned-v3").write(tmp_path / "adapted")  # another cross half
+    adapted = open_encoder(tmp_path / "adapted", home=samelang_home)
+    docs = [Document(p.id, p.text, p.lang, None) for p in load_xquad(["en", "zh"], split="test").paragraphs[:3]]
+    build_index(tmp_path / "idx", docs, served.encode_passages, served.info, source="test", analyzer=served.analyzer)
+    want = adapted.encode_passages([d.text for d in docs])
+
+    def never(*_a, **_k):
+        raise AssertionError("the reader's-language half was embedded again")
+
+    monkeypatch.setattr(adapted.same, "encode_passages", never)
+    index = open_index(tmp_path / "idx", served.info)
+    try:
+        got = embed_after(served, adapted, index, D.read_documents(index))
+    finally:
+        index.close()
+    np.testing.assert_allclose(got, want, atol=1e-5)
