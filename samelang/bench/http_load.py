@@ -252,3 +252,54 @@ def format_http_table(rows: list[dict]) -> str:
         cells += [_fmt(r.get(k)) for k in ("server_cpu_ms", "client_cpu_ms")]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+class RawConnection:
+    """One HTTP/1.1 keep-alive connection that writes prepared bytes and reads the answer by its
+    ``content-length``: a load generator, as wrk is. On cores shared with the server a Python HTTP client's
+    own work per request queues behind the server's (httpx took seconds to send 200 requests at once there),
+    so cheap answers such as a 429 would be timed as the client's queue, not the server's."""
+
+    def __init__(self, host: str, port: int):
+        self.host, self.port = host, port
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    @classmethod
+    async def open(cls, url: str) -> RawConnection:
+        host, port = url.removeprefix("http://").rstrip("/").split(":")
+        conn = cls(host, int(port))
+        conn.reader, conn.writer = await asyncio.open_connection(host, int(port))
+        return conn
+
+    def request(self, path: str, body: bytes) -> bytes:
+        return (f"POST {path} HTTP/1.1\r\nhost: {self.host}\r\ncontent-type: application/json\r\n"
+                f"content-length: {len(body)}\r\n\r\n").encode() + body  # fmt: skip
+
+    async def send(self, request: bytes) -> tuple[int, dict[str, str], bytes, float]:
+        """Status, headers (lower-case names), body, and milliseconds from the write to the body's last byte;
+        the connection is opened again after a server that closes it."""
+        reused = self.writer is not None and not self.writer.is_closing()
+        if not reused:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        t0 = time.perf_counter()
+        self.writer.write(request)
+        try:
+            head = await self.reader.readuntil(b"\r\n\r\n")
+        except (asyncio.IncompleteReadError, ConnectionResetError) as e:
+            if not reused or getattr(e, "partial", b""):
+                raise
+            self.close()  # the server closed an idle keep-alive connection before reading: nothing was done
+            return await self.send(request)
+        lines = head.decode("latin-1").split("\r\n")
+        headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:] if ln)}
+        body = await self.reader.readexactly(int(headers.get("content-length", "0")))
+        ms = 1000 * (time.perf_counter() - t0)
+        if headers.get("connection", "").lower() == "close":
+            self.close()
+        return int(lines[0].split(" ", 2)[1]), headers, body, ms
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None

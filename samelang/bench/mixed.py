@@ -11,12 +11,14 @@
   gRPC, as a Milvus standalone: milvus-lite's file mode serves one process at a time). Checked: no 5xx, every
   429 within :data:`REJECT_MS`, every added document found by its own text and every deleted one gone, RSS after
   warm-up grown by less than :data:`RSS_GROWTH_PCT` %; p50/p99 per route. A client given a 429 waits its
-  ``Retry-After``, as the OpenAI and TEI clients do.
+  ``Retry-After``, as the OpenAI and TEI clients do. Both load the server through :class:`.http_load.RawConnection`
+  (a load generator: a 429 is timed as the server answers it, not as a Python HTTP client queues it).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
 import shutil
@@ -34,7 +36,7 @@ import httpx
 import numpy as np
 
 from samelang.bench.common import TINY_LANGS, BenchConfig, serve_command
-from samelang.bench.http_load import ServerProcess, free_port
+from samelang.bench.http_load import RawConnection, ServerProcess, free_port
 from samelang.bench.soak import payloads, sample_rss, weighted_kinds
 from samelang.core import catalogue as R
 from samelang.corpora import Document, load_xquad
@@ -75,44 +77,29 @@ def _probe(url: str, started, stop, out) -> None:
     out.put(health)
 
 
-async def _raw_post(reader, writer, request: bytes) -> tuple[int, float]:
-    """One request on an open HTTP/1.1 keep-alive connection: its status and milliseconds from the write to
-    the last byte of the answer."""
-    t0 = time.perf_counter()
-    writer.write(request)
-    head = await reader.readuntil(b"\r\n\r\n")
-    length = next(int(ln.split(b":", 1)[1]) for ln in head.split(b"\r\n") if ln.lower().startswith(b"content-length"))
-    await reader.readexactly(length)
-    return int(head.split(b" ", 2)[1]), 1000 * (time.perf_counter() - t0)
-
-
 async def _burst(url: str, n: int) -> dict:
     """``n`` searches at once, each on a connection opened beforehand (a client's keep-alive pool), written
     as prepared bytes: a load generator, like wrk, so that on cores shared with the server the times are the
     server's and not a Python HTTP client's own queue (httpx took seconds to send 200 requests here);
     ``/health`` probed meanwhile by :func:`_probe` with httpx, the one-request-at-a-time time by httpx too."""
-    import json  # deferred: only the burst builds raw requests
     import multiprocessing  # deferred: only the burst spawns a process
 
     queries = [q.text for q in load_xquad(["en", "zh"], split="test").questions][:n]
-    host, port = url.removeprefix("http://").split(":")
-    bodies = [json.dumps({"query": q, "k": 10}).encode() for q in queries]
-    requests = [f"POST /search HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\ncontent-length: "
-                f"{len(b)}\r\n\r\n".encode() + b for b in bodies]  # fmt: skip
+    conns = [await RawConnection.open(url) for _ in queries]
+    requests = [c.request("/search", json.dumps({"query": q, "k": 10}).encode()) for c, q in zip(conns, queries)]
     ctx = multiprocessing.get_context("spawn")
     started, stop, out = ctx.Event(), ctx.Event(), ctx.Queue()
     prober = ctx.Process(target=_probe, args=(url, started, stop, out), daemon=True)
     prober.start()
-    conns = [await asyncio.open_connection(host, int(port)) for _ in queries]
     await asyncio.get_running_loop().run_in_executor(None, started.wait, 60)
     t0 = time.perf_counter()
-    answers = await asyncio.gather(*(_raw_post(r, w, req) for (r, w), req in zip(conns, requests)))
+    answers = [(code, ms) for code, _, _, ms in await asyncio.gather(*(c.send(r) for c, r in zip(conns, requests)))]
     seconds = time.perf_counter() - t0
     stop.set()
     health = await asyncio.get_running_loop().run_in_executor(None, out.get, True, 60)
     prober.join(10)
-    for _, w in conns:
-        w.close()
+    for c in conns:
+        c.close()
     async with httpx.AsyncClient(base_url=url, timeout=120) as client:
         alone = []
         for q in queries[:5]:
@@ -240,29 +227,29 @@ async def _traffic(url: str, pid: int, seconds: float, concurrency: int, index_l
     start = time.monotonic()
     deadline = start + seconds
 
-    async def worker(client: httpx.AsyncClient):
+    async def worker():
+        conn = await RawConnection.open(url)
         while time.monotonic() < deadline:
             kind = rng.choice(kinds)
             s = stats[kind]
             s["requests"] += 1
-            t0 = time.perf_counter()
+            request = conn.request(ROUTE.get(kind, f"/{kind}"), json.dumps(rng.choice(data[kind])).encode())
             try:
-                r = await client.post(ROUTE.get(kind, f"/{kind}"), json=rng.choice(data[kind]))
-            except httpx.HTTPError as e:
+                code, headers, body, ms = await asyncio.wait_for(conn.send(request), 120)
+            except (OSError, asyncio.IncompleteReadError, TimeoutError) as e:
                 s["errors"].append(f"{type(e).__name__}: {e}")
+                conn.close()
                 continue
-            ms = 1000 * (time.perf_counter() - t0)
-            if r.status_code == 200:
+            if code == 200:
                 s["ok"].append(ms)
-            elif r.status_code == 429:
+            elif code == 429:
                 s["rejected"].append(ms)
-                await asyncio.sleep(float(r.headers.get("retry-after", "1")))
+                await asyncio.sleep(float(headers.get("retry-after", "1")))
             else:
-                s["errors"].append(f"HTTP {r.status_code}: {r.text[:200]}")
+                s["errors"].append(f"HTTP {code}: {body[:200].decode('utf-8', 'replace')}")
+        conn.close()
 
-    limits = httpx.Limits(max_connections=concurrency + 4)
-    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
-        await asyncio.gather(sample_rss(pid, start, deadline, rss), *(worker(client) for _ in range(concurrency)))
+    await asyncio.gather(sample_rss(pid, start, deadline, rss), *(worker() for _ in range(concurrency)))
     return {"stats": stats, "rss": rss, "seconds": time.monotonic() - start}
 
 
@@ -407,6 +394,7 @@ def bench_mixed(cfg: BenchConfig) -> str:
     return "\n\n".join(parts) + (
         f"\n\nServer: `samelang serve --generator none --max-concurrent-requests {running} --max-queued-requests "
         f"{queued} --index COPY` (a copy of the demo index; Milvus: a milvus-lite server over gRPC); {clients} clients "
-        f"on the same cores, each waiting a 429's Retry-After; writes every {every:g} s from the bench process: 3 "
+        f"on the same cores (each a keep-alive connection sending prepared bytes, as wrk does), each waiting a 429's "
+        f"Retry-After; writes every {every:g} s from the bench process: 3 "
         "documents added, every second time 2 of them deleted (samelang/bench/mixed.py)."
     )

@@ -91,3 +91,27 @@ def test_server_process_that_exits_raises(tmp_path):
         with ServerProcess(cmd, f"http://127.0.0.1:{free_port()}", log, ready_timeout=30):
             pass
     assert "boom before ready" in str(e.value) and "code 3" in str(e.value)
+
+
+def test_a_raw_connection_keeps_alive_and_opens_again_after_the_server_closed_it(base_url):
+    """The load generator's connection: prepared bytes in, status, headers and body out, several requests on one
+    connection; one the server has closed (an idle keep-alive's end) is opened again and the request sent once."""
+    import asyncio
+    import json
+
+    from samelang.bench.http_load import RawConnection
+
+    async def scenario():
+        conn = await RawConnection.open(base_url)
+        got = [await conn.send(conn.request("/ok", json.dumps({"n": i}).encode())) for i in range(3)]
+        assert [(code, json.loads(body)) for code, _, body, _ in got] == [(200, {"echo": {"n": i}}) for i in range(3)]
+        assert all(h["content-type"] == "application/json" and ms > 0 for _, h, _, ms in got)
+        code, _, body, _ = await conn.send(conn.request("/fail", b"{}"))
+        assert (code, json.loads(body)) == (500, {"detail": "always fails"})
+        first = conn.writer
+        first.transport.abort()  # as the server's end of an idle connection would look to the client
+        code, _, body, _ = await conn.send(conn.request("/ok", b'{"again": 1}'))
+        assert (code, json.loads(body)) == (200, {"echo": {"again": 1}}) and conn.writer is not first
+        conn.close()
+
+    asyncio.run(scenario())
