@@ -109,7 +109,8 @@ def shape_metrics(d, top, pool, present):
     found1 = dg[top[:, 0]] == d["q_group"]
     reader = np.array([(g, x) in present for g, x in zip(d["q_group"], d["q_lang"])])
     reader1 = found1 & (dl[top[:, 0]] == d["q_lang"])
-    return 100 * found1.mean(), 100 * reader1[reader].mean(), 100 * found1[~reader].mean()
+    slf = ~found1 & (dl[top[:, 0]] == d["q_lang"])  # same_language_first, over the cross-language questions
+    return 100 * found1.mean(), 100 * reader1[reader].mean(), 100 * found1[~reader].mean(), 100 * slf[~reader].mean()
 
 
 def parallel_metrics(d, S):
@@ -293,15 +294,6 @@ def greedy_link(V, dl, sim, thr):
     return link
 
 
-def link_metrics(d, top, pool, present):
-    dg, dl = d["doc_group"][pool], d["doc_lang"][pool]
-    found1 = dg[top[:, 0]] == d["q_group"]
-    reader = np.array([(g, x) in present for g, x in zip(d["q_group"], d["q_lang"])])
-    reader1 = found1 & (dl[top[:, 0]] == d["q_lang"])
-    slf = ~found1 & (dl[top[:, 0]] == d["q_lang"])
-    return 100 * found1.mean(), 100 * reader1[reader].mean(), 100 * found1[~reader].mean(), 100 * slf[~reader].mean()
-
-
 def links_main(model: Path, fused: Path) -> None:
     """Issue 53's next lever, measured before it is built: rank by the aligned model (relevance before
     language) and show each result in the reader's version through inferred translation links, on the
@@ -326,7 +318,7 @@ def links_main(model: Path, fused: Path) -> None:
         dl = d["doc_lang"][pool]
         for (rname, lname), (S, link) in link_rows(d, cfg, pool).items():
             top = grouped_by(S, d["q_lang"], dl, link)
-            results.setdefault((rname, lname), {})[shape] = link_metrics(d, top, pool, present)
+            results.setdefault((rname, lname), {})[shape] = shape_metrics(d, top, pool, present)
     print("| ranking | links | partial found@1 | reader@1 | cross@1 | slf | one found@1 | one slf |")
     print("|---|---|---|---|---|---|---|---|")
     for (rname, lname), res in results.items():
