@@ -43,7 +43,7 @@ def test_serve_runs_the_shipped_defaults(served, base_model_path):
 
     card = json.loads((REPO / "models" / "serving.json").read_text())["served"]
     retriever = base_model_path.name if card["retriever"] == "base" else card["retriever"]
-    reranks = card["reranker"] != "none"
+    reranks = card["reranker"] != "none" and card.get("rerank", True)  # "rerank": false: /rerank's model only
 
     ready = served.get("/ready")
     assert ready.status_code == 200, ready.text
