@@ -55,6 +55,16 @@ def encoder(base_model_path, samelang_home):
 
 
 @pytest.fixture(scope="session")
+def served_cross_encoder() -> Path:
+    """The cross-encoder ``/rerank`` serves (``models/serving.json``'s): the one model tests that need
+    a real cross-encoder share, so a cold cache exports its graphs once."""
+    from samelang.core.catalogue import served_defaults
+    from samelang.core.paths import REPO_MODELS
+
+    return REPO_MODELS / served_defaults().reranker
+
+
+@pytest.fixture(scope="session")
 def tiny_reader(tmp_path_factory, base_model_path, samelang_home) -> Path:
     """An extractive reader trained for a few steps here (English and Chinese XQuAD train articles,
     short windows): a real model folder of ``samelang train reader``, weights barely trained."""

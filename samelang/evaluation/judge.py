@@ -25,6 +25,7 @@ from samelang.core.catalogue import (
     BASE,
     REPO_MODELS,
     SERVED_DEFAULTS,
+    served_defaults,
     shipped_biencoders,
     shipped_cross_encoders,
 )
@@ -110,6 +111,23 @@ def default_rows(lexical: dict[str, float]) -> list[ShapeRow]:
     return rows
 
 
+def judged_rows(options, lexical: dict[str, float]) -> list[ShapeRow]:
+    """:func:`default_rows`, or with ``--retriever NAME`` (repeatable) the base model's two rows and
+    the named retrievers' rows only (with ``--card`` also the served retriever's, so that a narrower
+    judge never replaces the served row by one it did not beat)."""
+    rows = default_rows(lexical)
+    if not options.retriever:
+        return rows
+    keep = {name.partition("=")[0] for name in options.retriever} | {BASE}
+    if options.card:
+        keep.add(served_defaults().retriever)
+    unknown = keep - {r.retriever for r in rows}
+    if unknown:
+        raise ValueError(f"--retriever {sorted(unknown)}: not a judged row (a shipped bi-encoder or fused retriever "
+                         f"in models/: {sorted({r.retriever for r in rows})})")  # fmt: skip
+    return [r for r in rows if r.retriever in keep]
+
+
 def reranked_rows(
     retriever: ShapeRow, names: list[str] | None = None, ks=RERANK_KS, fusions=RERANK_FUSIONS
 ) -> list[ShapeRow]:
@@ -189,7 +207,7 @@ def run_shapes(options, doc: Path | None = None, log=print):
     # a tiny run times each row on 3 searches (a reranked one costs ~1 s each on 2 cores)
     tiny = dict(max_paragraphs=3, max_questions=2, memo=False, latency_per_lang=1, latency_langs=("en", "de", "zh"))
     tiny = tiny if options.tiny else {}  # fmt: skip
-    rows = default_rows(tuned_weights())
+    rows = judged_rows(options, tuned_weights())
     dev = None if options.tiny else dev_articles(DEV_ARTICLES)  # a tiny run's few paragraphs hold no dev question
     train = ShapeJudge(home, split="train", articles=dev, log=log, **tiny)
     log(f"dev articles {dev}: {len(train.queries)} train-article questions choose the row")

@@ -328,7 +328,8 @@ class PipelineEvalOptions(EvalOptions, CorporaOption):
 
     retriever: StrList = Field(
         default_factory=list,
-        description="Bi-encoder NAME=DIR (or 'base'); repeat. Default: base and every bi-encoder in models/.",
+        description="Bi-encoder NAME=DIR (or 'base'); repeat. Default: base and every bi-encoder in models/. With "
+        "--shapes: a models/ retriever's NAME, judged beside the base model's rows only.",
     )
     cross_encoder: StrList = Field(
         default_factory=list,

@@ -93,8 +93,10 @@ def tiny(samelang_home, tmp_path_factory):
     before = serving.read_bytes()
     # one cross-encoder, the one /rerank serves: every shipped one would convert three more models on a cold
     # cache for the same code path (the default's list: test_reranked_rows_cross_the_speed_and_fusion_levers...)
+    served = served_defaults()  # the served rows only: every row's own code path is the same
     opts = PipelineEvalOptions(shapes=True, tiny=True, out=tmp_path_factory.mktemp("shapes"), home=samelang_home,
-                               cross_encoder=[n for n in [served_defaults().reranker] if n != "none"])  # fmt: skip
+                               retriever=[served.retriever],
+                               cross_encoder=[n for n in [served.reranker] if n != "none"])  # fmt: skip
     report = SR.run_shapes(opts, log=lambda m: None)
     assert serving.read_bytes() == before  # a tiny run never changes what is served
     return opts, report
@@ -138,10 +140,26 @@ def test_every_shipped_retriever_is_a_row_with_the_weight_it_is_served_with():
     fused = sorted(p.parent.name for p in REPO_MODELS.glob("*/fused.json"))
     assert {p.name for p in shipped_biencoders()} <= names and set(fused) <= names
     assert "lamar-e5-small" not in names and "e5-small-aligned" in names
+
     for name in fused:
         cfg = json.loads((REPO_MODELS / name / "fused.json").read_text())
         assert [r.lexical for r in rows if r.retriever == name] == [cfg["lexical_weight"]] == [SR.fused_weight(name)]
     assert SR.fused_weight("e5-small-aligned") is None
+
+
+def test_a_named_retriever_is_judged_beside_the_base_rows_only_and_a_card_keeps_the_served_one():
+    from types import SimpleNamespace
+
+    weights = {"base": 0.08}
+    every = SR.default_rows(weights)
+    assert SR.judged_rows(SimpleNamespace(retriever=[], card=False), weights) == every
+    named = SR.judged_rows(SimpleNamespace(retriever=["e5-small-aligned-v4"], card=False), weights)
+    assert {r.retriever for r in named} == {"base", "e5-small-aligned-v4"} and named[:2] == every[:2]
+    assert named == [r for r in every if r.retriever in ("base", "e5-small-aligned-v4")]  # each with all its weights
+    carded = SR.judged_rows(SimpleNamespace(retriever=["e5-small-aligned-v4"], card=True), weights)
+    assert {r.retriever for r in carded} == {"base", "e5-small-aligned-v4", served_defaults().retriever}
+    with pytest.raises(ValueError, match=r"--retriever \['no-such-model'\]: not a judged row"):
+        SR.judged_rows(SimpleNamespace(retriever=["no-such-model"], card=False), weights)
 
 
 def test_the_judge_asks_only_the_articles_it_is_given_over_the_same_pools(samelang_home):

@@ -209,11 +209,10 @@ def batched_server(service_settings, pipeline, cross_encoder_reranker):
 
 
 @pytest.fixture(scope="module")
-def cross_encoder_reranker(samelang_home):
-    from samelang.core.catalogue import LAMAR_RERANKER
+def cross_encoder_reranker(samelang_home, served_cross_encoder):
     from samelang.core.models.cross_encoder import CrossEncoderReranker
 
-    return CrossEncoderReranker(LAMAR_RERANKER, home=samelang_home)
+    return CrossEncoderReranker(served_cross_encoder, home=samelang_home)
 
 
 def test_twenty_concurrent_requests_each_get_their_own_result(batched_server):

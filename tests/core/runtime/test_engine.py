@@ -1,5 +1,6 @@
 """The inference engine: every precision mode against fp32 on the real converted base model and
-the shipped LAMAR reranker (multilingual texts of different lengths, so batches are padded), the
+the cross-encoder ``/rerank`` serves (``models/serving.json``'s: its exported graphs are the ones the
+server tests use, so a cold cache converts it once; multilingual texts of different lengths, so batches are padded), the
 token-bounded batching, and the precision/backend rules."""
 
 from __future__ import annotations
@@ -67,23 +68,23 @@ def test_embeddings_match_fp32_within_the_recorded_tolerance(
 
 
 @pytest.fixture(scope="module")
-def lamar_reference(samelang_home):
-    from samelang.core.catalogue import LAMAR_RERANKER
+def lamar_reference(samelang_home, served_cross_encoder):
     from samelang.core.models.cross_encoder import load_cross_encoder
 
-    ce = load_cross_encoder(LAMAR_RERANKER, home=samelang_home)
+    ce = load_cross_encoder(served_cross_encoder, home=samelang_home)
     query = "What is the capital of Germany?"
     pairs = [(query, t) for t in TEXTS]
     return pairs, ce.predict(pairs, convert_to_numpy=True)
 
 
 @pytest.mark.parametrize(("precision", "backend"), MODES)
-def test_reranker_scores_match_fp32_within_the_recorded_tolerance(samelang_home, lamar_reference, precision, backend):
-    from samelang.core.catalogue import LAMAR_RERANKER
+def test_reranker_scores_match_fp32_within_the_recorded_tolerance(
+    samelang_home, served_cross_encoder, lamar_reference, precision, backend
+):
     from samelang.core.models.cross_encoder import CrossEncoderReranker
 
     pairs, ref = lamar_reference
-    rr = CrossEncoderReranker(LAMAR_RERANKER, home=samelang_home, options=EngineOptions(precision, backend))
+    rr = CrossEncoderReranker(served_cross_encoder, home=samelang_home, options=EngineOptions(precision, backend))
     got = rr.score_pairs(pairs)
     assert got.shape == ref.shape
     assert np.abs(got - ref).max() <= SCORE_MAX_ABS_DIFF[precision], (precision, backend, got, ref)
@@ -125,17 +126,18 @@ def _refuse_to_load(*args, **kwargs):
     raise AssertionError("the torch weights were read although a finished ONNX export was there")
 
 
-def test_a_finished_export_serves_without_the_torch_weights(base_model_path, samelang_home, monkeypatch):
+def test_a_finished_export_serves_without_the_torch_weights(
+    base_model_path, samelang_home, served_cross_encoder, monkeypatch
+):
     """The export folder is self-contained (graph, external weights, tokenizer, model.json): an
     engine over it never loads the checkpoint, and embeds exactly as the one that exported it."""
-    from samelang.core.catalogue import LAMAR_RERANKER
     from samelang.core.models import cross_encoder as R
     from samelang.core.models import encoder as E
     from samelang.core.runtime.onnx_export import onnx_path
 
     first = E.Encoder(base_model_path, home=samelang_home, options=EngineOptions("fp32", "onnx"))
     want = first.encode_passages(TEXTS)
-    scorer = R.CrossEncoderReranker(LAMAR_RERANKER, home=samelang_home, options=EngineOptions("fp32", "onnx"))
+    scorer = R.CrossEncoderReranker(served_cross_encoder, home=samelang_home, options=EngineOptions("fp32", "onnx"))
     want_scores = scorer.score("What is the capital of Germany?", TEXTS)
     monkeypatch.setattr(E, "load_sentence_transformer", _refuse_to_load)
     monkeypatch.setattr(R, "load_cross_encoder", _refuse_to_load)
@@ -143,7 +145,7 @@ def test_a_finished_export_serves_without_the_torch_weights(base_model_path, sam
     assert (again.dim, again._query_prompt, again._passage_prompt) == (384, "query: ", "passage: ")
     assert np.array_equal(again.encode_passages(TEXTS), want)
     assert again.analyzer[0] == first.analyzer[0]  # the BM25 analyzer is named by the same vocabulary
-    rr = R.CrossEncoderReranker(LAMAR_RERANKER, home=samelang_home, options=EngineOptions("fp32", "onnx"))
+    rr = R.CrossEncoderReranker(served_cross_encoder, home=samelang_home, options=EngineOptions("fp32", "onnx"))
     assert np.array_equal(rr.score("What is the capital of Germany?", TEXTS), want_scores)
     folder = again.engine.backend.path.parent
     assert folder == onnx_path(samelang_home / "cache", first.fingerprint, "embed", "fp32").parent

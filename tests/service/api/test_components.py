@@ -68,29 +68,28 @@ def test_reranker_choice(tmp_path):
     assert default_reranker(None) == want
 
 
-def test_the_shipped_lamar_reranker_serves_rerank(service_settings):
-    """``--reranker models/lamar-e5-small``: among a document and its translation the reader's
-    language comes first, both above an unrelated one; giving it turns reranking on for /search.
-    ``--reranker cosine`` selects the bi-encoder fallback."""
-    from samelang.core.catalogue import LAMAR_RERANKER
+def test_the_served_lamar_reranker_serves_rerank(service_settings, served_cross_encoder):
+    """``--reranker models/<serving.json's cross-encoder>`` (a LAMAR one): among a document and its
+    translation the reader's language comes first, both above an unrelated one; giving it turns
+    reranking on for /search. ``--reranker cosine`` selects the bi-encoder fallback."""
     from samelang.core.model_folder import recorded_precision
     from samelang.core.runtime.precision import precision_device
     from samelang.service.api.app import create_app
 
     query = "维多利亚和阿尔伯特博物馆在哪里？"  # zh: where is the V&A museum?
     docs = ["The V&A museum is in London.", "维多利亚和阿尔伯特博物馆位于伦敦。", "Paris est en France."]
-    cfg = service_settings.model_copy(update={"reranker": str(LAMAR_RERANKER)})
+    cfg = service_settings.model_copy(update={"reranker": str(served_cross_encoder)})
     with running(create_app(cfg)) as url, httpx.Client(base_url=url, timeout=120) as c:
         info = c.get("/info").json()["reranker"]
-        assert (info["name"], info["kind"]) == ("lamar-e5-small", "cross-encoder")
+        assert (info["name"], info["kind"]) == (served_cross_encoder.name, "cross-encoder")
         # precision auto: what the model's inference card chose (samelang eval precision)
-        assert info["precision"] == (recorded_precision(LAMAR_RERANKER, precision_device("cpu")) or "fp32")
+        assert info["precision"] == (recorded_precision(served_cross_encoder, precision_device("cpu")) or "fp32")
         body = c.post("/rerank", json={"query": query, "documents": docs}).json()
-        assert body["reranker"] == "lamar-e5-small"
+        assert body["reranker"] == served_cross_encoder.name
         assert [r["index"] for r in body["results"]] == [1, 0, 2]
         assert [r["lang"] for r in body["results"]][:2] == ["zh", "en"]
         found = c.post("/search", json={"query": query, "k": 3}).json()
-        assert found["components"]["reranker"] == "lamar-e5-small"
+        assert found["components"]["reranker"] == served_cross_encoder.name
         scores = [h["score"] for h in found["hits"]]
         assert scores == sorted(scores, reverse=True) and all(0 < x < 1 for x in scores)  # sigmoid scores
     cfg = service_settings.model_copy(update={"reranker": "cosine"})

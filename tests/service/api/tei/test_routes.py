@@ -82,12 +82,11 @@ def test_info_carries_teis_fields_beside_ours(client, encoder):
 
 
 @pytest.fixture(scope="module")
-def lamar(service_settings):
-    """A server whose reranker is the shipped LAMAR cross-encoder (sigmoid scores, logits under them)."""
-    from samelang.core.catalogue import LAMAR_RERANKER
+def lamar(service_settings, served_cross_encoder):
+    """A server whose reranker is the served LAMAR cross-encoder (sigmoid scores, logits under them)."""
     from samelang.service.api.app import create_app
 
-    cfg = service_settings.model_copy(update={"reranker": str(LAMAR_RERANKER)})
+    cfg = service_settings.model_copy(update={"reranker": str(served_cross_encoder)})
     with running(create_app(cfg)) as url, httpx.Client(base_url=url, timeout=120) as c:
         yield c
 
