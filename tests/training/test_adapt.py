@@ -62,7 +62,7 @@ def test_a_fused_retrievers_untrained_half_is_kept_not_embedded_again(
 ):
     """Adapting a fused retriever trains its cross-language half only: the collection's new vectors keep the
     stored reader's-language half (never embedded again) beside the new cross half, equal to embedding both."""
-    from samelang.core.catalogue import REPO_MODELS, open_encoder
+    from samelang.core.catalogue import REPO_MODELS, open_encoder, served_defaults
     from samelang.core.models.fused import FusionConfig
     from samelang.corpora import Document, load_xquad
     from samelang.indexes.index import open_index
@@ -70,8 +70,11 @@ def test_a_fused_retrievers_untrained_half_is_kept_not_embedded_again(
     from samelang.training import adapt_data as D
     from samelang.training.adapt import embed_after
 
-    served = open_encoder(REPO_MODELS / "e5-small-fused", home=samelang_home)
-    FusionConfig(same="base", cross="e5-small-aligned-v3").write(tmp_path / "adapted")  # another cross half
+    # the served fused pair, and as another cross half the base model under another name (one checkpoint,
+    # two encoders): every graph is one that other tests export anyway
+    served = open_encoder(REPO_MODELS / served_defaults().retriever, home=samelang_home)
+    (tmp_path / "other-cross").symlink_to(base_model_path, target_is_directory=True)
+    FusionConfig(same="base", cross=str(tmp_path / "other-cross")).write(tmp_path / "adapted")
     adapted = open_encoder(tmp_path / "adapted", home=samelang_home)
     docs = [Document(p.id, p.text, p.lang, None) for p in load_xquad(["en", "zh"], split="test").paragraphs[:3]]
     build_index(tmp_path / "idx", docs, served.encode_passages, served.info, source="test", analyzer=served.analyzer)

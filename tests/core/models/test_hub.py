@@ -81,7 +81,8 @@ def test_serve_finds_a_hub_id_in_the_cache_offline(tiny_models, tmp_path, samela
     into_hub_cache(tiny_models["xlmr-mean"], cache, "org/tiny")
     port = free_port()
     env = {**os.environ, "HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1", "SAMELANG_HOME": str(samelang_home)}
-    args = ["serve", "--model", "org/tiny", "--reranker", "cosine", "--generator", "none", "--port", str(port)]
+    args = ["serve", "--model", "org/tiny", "--reranker", "cosine", "--generator", "none", "--reader", "none",
+            "--port", str(port)]  # fmt: skip
     with serving(args, env, port=port):
         r = httpx.post(f"http://127.0.0.1:{port}/search", json={"query": "Where is the river?", "k": 3}, timeout=60)
         assert r.status_code == 200, r.text
