@@ -152,6 +152,14 @@ class ServiceSettings(Limits, StoreOptions):
     max_queued_requests: int = Field(
         32, ge=0, description="requests waiting for a turn at most; past it a 429 at once, with Retry-After"
     )
+    switch_interval_ms: float = Field(
+        5.0,
+        gt=0,
+        le=100,
+        description="how long a thread running Python keeps the interpreter before another gets it "
+        "(sys.setswitchinterval; Python's default 5): under load the event loop that answers 429 and /health waits "
+        "for its turn behind the model work's threads, so lower means faster refusals at some cost in throughput",
+    )
     shutdown_timeout_s: float = Field(
         8.0, ge=0, description="on SIGTERM, nothing more is admitted and running requests get this long"
     )

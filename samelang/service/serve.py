@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import math
 import multiprocessing
+import sys
 
 import typer
 
@@ -67,6 +68,14 @@ def prepare_serving(cfg: ServiceSettings) -> None:
         prepare_generator(cfg.home)
 
 
+def apply_switch_interval(cfg: ServiceSettings) -> float:
+    """Set the interpreter's switch interval to ``--switch-interval-ms`` (the whole process: the server's
+    event loop and its model-work threads); returns the one it replaces."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(cfg.switch_interval_ms / 1000)
+    return before
+
+
 def _prepare_in_child(cfg: ServiceSettings) -> None:
     """:func:`prepare_serving` in a child process: converting and exporting read the torch weights
     (~4 GB at peak on a first start), and a process does not give such memory back; the server then
@@ -93,6 +102,7 @@ def serve(cfg: ServiceSettings) -> None:
     # faiss tries its builds from the most specialised down and logs each miss at INFO, which reads like
     # an error; the build it settled on is in /info (index) and the bench tables
     logging.getLogger("faiss.loader").setLevel(logging.WARNING)
+    apply_switch_interval(cfg)
     if not ready_to_serve(cfg):
         _prepare_in_child(cfg)
     typer.echo(f"samelang: loading models and index, then serving on http://{cfg.host}:{cfg.port} ...")

@@ -117,3 +117,23 @@ def test_the_service_commands_do_not_import_training_or_torch():
     full = subprocess.run([sys.executable, "-m", "samelang", "--help"], env=env, cwd=REPO, capture_output=True,
                           text=True, timeout=120)  # fmt: skip
     assert full.returncode == 0 and all(c in full.stdout for c in ("serve", "index", "train", "eval", "bench"))
+
+
+def test_the_switch_interval_comes_from_its_flag_or_env_twin_and_is_bounded(monkeypatch):
+    """``--switch-interval-ms`` / ``SAMELANG_SWITCH_INTERVAL_MS`` sets the interpreter's switch interval
+    for the whole server process; 0 (a thread never yields) is refused naming the field."""
+    from pydantic import ValidationError
+
+    from samelang.service.config import ServiceSettings
+    from samelang.service.serve import apply_switch_interval
+
+    monkeypatch.setenv("SAMELANG_SWITCH_INTERVAL_MS", "1")
+    cfg = ServiceSettings()
+    assert cfg.switch_interval_ms == 1.0
+    before = apply_switch_interval(cfg)
+    try:
+        assert sys.getswitchinterval() == pytest.approx(0.001)
+    finally:
+        sys.setswitchinterval(before)
+    with pytest.raises(ValidationError, match="switch_interval_ms"):
+        ServiceSettings(switch_interval_ms=0)
