@@ -329,7 +329,8 @@ class PipelineEvalOptions(EvalOptions, CorporaOption):
     retriever: StrList = Field(
         default_factory=list,
         description="Bi-encoder NAME=DIR (or 'base'); repeat. Default: base and every bi-encoder in models/. With "
-        "--shapes: a models/ retriever's NAME, judged beside the base model's rows only.",
+        "--shapes: a models/ retriever's NAME, judged beside the base model's rows only (and the served one's "
+        "with --card, whose tables then hold these rows).",
     )
     cross_encoder: StrList = Field(
         default_factory=list,
