@@ -57,8 +57,6 @@ def export_onnx(model, kind: str, precision: str, target: Path, tokenizer=None, 
     Atomic: ``target``'s folder appears complete or not at all."""
     import onnx  # deferred: keeps onnx out of start-up
     import torch  # deferred: keeps torch out of start-up
-    from onnxruntime.transformers import optimizer  # deferred: keeps onnxruntime out of start-up
-    from onnxruntime.transformers.fusion_options import FusionOptions  # deferred: as above
 
     t0 = time.perf_counter()
     cfg = model.config
@@ -90,17 +88,7 @@ def export_onnx(model, kind: str, precision: str, target: Path, tokenizer=None, 
         finally:
             if attn and hasattr(model, "set_attn_implementation"):
                 model.set_attn_implementation(attn)
-        # no symbolic shape inference: it serves SkipLayerNormalization's fusion, which is undone below,
-        # and copies every weight several times (about half the export's time); the graph is the same
-        fusion = FusionOptions("bert")
-        fusion.enable_shape_inference = False
-        # ...which the fusion then reports as "symbolic shape inference disabled or failed" (by design here)
-        logging.getLogger("fusion_skiplayernorm").setLevel(logging.ERROR)  # ORT imports its fusions top-level
-        opt = optimizer.optimize_model(
-            str(raw), model_type="bert", num_heads=cfg.num_attention_heads, hidden_size=cfg.hidden_size,
-            optimization_options=fusion,
-        )  # fmt: skip
-        opt.save_model_to_file(str(fused))
+        _fuse(raw, fused, cfg)
         raw.unlink()
         final = fused
         if precision == "int8":
@@ -115,6 +103,24 @@ def export_onnx(model, kind: str, precision: str, target: Path, tokenizer=None, 
             json.dumps({"kind": kind, "precision": precision, "seconds": round(time.perf_counter() - t0, 1)})
         )
     return target
+
+
+def _fuse(raw: Path, fused: Path, cfg) -> None:
+    """ONNX Runtime's transformer optimizer over the raw export (fused attention, GELU, layer norms)."""
+    from onnxruntime.transformers import optimizer  # deferred: keeps onnxruntime out of start-up
+    from onnxruntime.transformers.fusion_options import FusionOptions  # deferred: as above
+
+    # no symbolic shape inference: it serves SkipLayerNormalization's fusion, which the export undoes
+    # (_unfuse_skip_layer_norm), and copies every weight several times (about half the export's time);
+    # the graph is the same, and the fusion's "symbolic shape inference disabled or failed" is by design here
+    fusion = FusionOptions("bert")
+    fusion.enable_shape_inference = False
+    logging.getLogger("fusion_skiplayernorm").setLevel(logging.ERROR)  # ORT imports its fusions top-level
+    opt = optimizer.optimize_model(
+        str(raw), model_type="bert", num_heads=cfg.num_attention_heads, hidden_size=cfg.hidden_size,
+        optimization_options=fusion,
+    )  # fmt: skip
+    opt.save_model_to_file(str(fused))
 
 
 def _unfuse_skip_layer_norm(model) -> None:
