@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import multiprocessing
 import os
 import random
 import shutil
@@ -253,9 +254,46 @@ async def _traffic(url: str, pid: int, seconds: float, concurrency: int, index_l
     return {"stats": stats, "rss": rss, "seconds": time.monotonic() - start}
 
 
-def findable(url: str, writer: Writer) -> dict:
+def write_until_stopped(index: Path, svc: ServiceSettings, uri: str | None, every: float, stop, report) -> None:
+    """A :class:`Writer` in a process of its own, as ``samelang index add`` runs beside a server (a thread of the
+    load generator's process would stall its event loop, and each 429 would be timed late); sends what it wrote
+    (``live``, ``deleted``, ``writes``, ``errors``) through ``report`` once ``stop`` is set."""
+    encoder = R.open_encoder(R.chosen_biencoder(svc), home=svc.home, options=svc.engine_options())
+    writer = Writer(index, encoder, encoder.analyzer, uri, every=every)
+    writer.stop = stop
+    writer.run()
+    report.send({"live": writer.live, "deleted": writer.deleted, "writes": writer.writes, "errors": writer.errors})
+
+
+def writes_beside(index: Path, svc: ServiceSettings, uri: str | None, every: float):
+    """(start, finish): start :func:`write_until_stopped` in a spawned process; ``finish()`` stops it and returns
+    its report (a writer that died is a failed write)."""
+    ctx = multiprocessing.get_context("spawn")
+    stop, (receive, send) = ctx.Event(), ctx.Pipe(duplex=False)
+    proc = ctx.Process(
+        target=write_until_stopped, args=(index, svc, uri, every, stop, send), name="samelang-soak-writer"
+    )
+
+    def start() -> None:
+        proc.start()
+        send.close()  # the child's end only: a writer that dies closes the pipe, and finish() sees it at once
+
+    def finish() -> dict:
+        stop.set()
+        try:
+            report = receive.recv() if receive.poll(600) else None
+        except EOFError:
+            report = None
+        proc.join(30)
+        died = {"live": {}, "deleted": {}, "writes": 0, "errors": [f"the writer process ended ({proc.exitcode})"]}
+        return report or died
+
+    return start, finish
+
+
+def findable(url: str, written: dict) -> dict:
     """After the soak (the newest generation served): each live added document among the top 10 for its
-    own text, each deleted one nowhere in them."""
+    own text, each deleted one nowhere in them (``written``: the writer's report)."""
 
     def hit_ids(text: str) -> set[str]:
         r = httpx.post(f"{url}/search", json={"query": text[:1000], "k": 10}, timeout=120)
@@ -263,9 +301,9 @@ def findable(url: str, writer: Writer) -> dict:
         return {h["id"] for h in r.json()["hits"]} | {v["id"] for h in r.json()["hits"] for v in h["versions"]}
 
     httpx.post(f"{url}/admin/reload", timeout=120).raise_for_status()
-    missing = [i for i, t in writer.live.items() if i not in hit_ids(t)]
-    back = [i for i, t in writer.deleted.items() if i in hit_ids(t)]
-    return {"live": len(writer.live), "missing": missing, "deleted": len(writer.deleted), "still_found": back}
+    missing = [i for i, t in written["live"].items() if i not in hit_ids(t)]
+    back = [i for i, t in written["deleted"].items() if i in hit_ids(t)]
+    return {"live": len(written["live"]), "missing": missing, "deleted": len(written["deleted"]), "still_found": back}
 
 
 def rss_growth(rss: list[tuple[float, float]], seconds: float) -> tuple[float, float, float]:
@@ -334,17 +372,15 @@ def mixed_run(cfg: BenchConfig, store: str, seconds: float) -> dict:
                                           str(running), "--max-queued-requests", str(queued)]  # fmt: skip
         env = {**os.environ, **({"SAMELANG_HOME": str(cfg.home)} if cfg.home else {})}
         clients, every = mixed_load(cfg)
-        writer = Writer(folder / "index", encoder, encoder.analyzer, uri, every=every)
+        start_writing, finish_writing = writes_beside(folder / "index", svc, uri, every)
         with ServerProcess(cmd, url, folder / "server.log", env=env) as server:
-            thread = threading.Thread(target=writer.run, name="samelang-soak-writer", daemon=True)
-            thread.start()
+            start_writing()
             try:
                 out = asyncio.run(_traffic(url, server.proc.pid, seconds, clients, tuple(langs.split(",")), seed=0))
             finally:
-                writer.stop.set()
-                thread.join()
-            out["found"] = findable(url, writer)
-    out |= {"store": store, "writes": writer.writes, "write_errors": writer.errors}
+                written = finish_writing()
+            out["found"] = findable(url, written)
+    out |= {"store": store, "writes": written["writes"], "write_errors": written["errors"]}
     out["rss_first_mb"], out["rss_last_mb"], out["rss_growth_pct"] = rss_growth(out["rss"], out["seconds"])
     return out
 
@@ -395,6 +431,6 @@ def bench_mixed(cfg: BenchConfig) -> str:
         f"\n\nServer: `samelang serve --generator none --max-concurrent-requests {running} --max-queued-requests "
         f"{queued} --index COPY` (a copy of the demo index; Milvus: a milvus-lite server over gRPC); {clients} clients "
         f"on the same cores (each a keep-alive connection sending prepared bytes, as wrk does), each waiting a 429's "
-        f"Retry-After; writes every {every:g} s from the bench process: 3 "
+        f"Retry-After; writes every {every:g} s from a process of their own: 3 "
         "documents added, every second time 2 of them deleted (samelang/bench/mixed.py)."
     )
