@@ -271,7 +271,7 @@ def writes_beside(index: Path, svc: ServiceSettings, uri: str | None, every: flo
     ctx = multiprocessing.get_context("spawn")
     stop, (receive, send) = ctx.Event(), ctx.Pipe(duplex=False)
     proc = ctx.Process(
-        target=write_until_stopped, args=(index, svc, uri, every, stop, send), name="samelang-soak-writer"
+        target=write_until_stopped, args=(index, svc, uri, every, stop, send), name="samelang-soak-writer", daemon=True
     )
 
     def start() -> None:

@@ -158,7 +158,7 @@ class ServiceSettings(Limits, StoreOptions):
         le=100,
         description="how long a thread running Python keeps the interpreter before another gets it "
         "(sys.setswitchinterval; Python's default is 5): under load the event loop that answers 429 and /health waits "
-        "for its turn behind the model work's threads; 1 halved the slow 429s of the Milvus mixed soak for ~5% "
+        "for its turn behind the model work's threads; 1 cut the slow 429s of the Milvus mixed soak by 40% for ~7% "
         "of its throughput (docs/performance.md)",
     )
     shutdown_timeout_s: float = Field(
