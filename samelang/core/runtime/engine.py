@@ -30,7 +30,7 @@ from tqdm.auto import tqdm
 
 from samelang.core import budget
 from samelang.core.model_folder import model_fingerprint
-from samelang.core.runtime.heads import pooled_module, templated_pairs
+from samelang.core.runtime.heads import pooled_module, templated_pairs, token_window
 from samelang.core.runtime.onnx_export import (
     DISABLED_ORT_OPTIMIZERS,
     MODEL_META,
@@ -176,7 +176,7 @@ class InferenceEngine:
             self.tokenizer = backend_tokenizer(tokenizer)
             self.backend = TorchBackend(module, kind, self.options.precision, device, self.meta)
         # never past the model's own positions: a longer --reranker-max-length is cut to them
-        self.max_length = min(int(max_length or self.meta["max_length"]), int(self.meta.get("positions") or 1 << 30))
+        self.max_length = token_window(self.meta, max_length)
         self.pad_id = int(self.meta["pad_id"])
         self.left_padded = self.meta.get("padding_side") == "left"
         self.template = self.meta.get("template")  # a causal-LM reranker's (prefix, middle, suffix)

@@ -126,6 +126,12 @@ def positions(config) -> int | None:
     return int(n)
 
 
+def token_window(meta: dict, asked: int | None = None) -> int:
+    """The tokens one input may hold: ``asked`` (else the model's own ``max_length``), never past its
+    position table (``positions``): a longer window would index past it, in serving and in int8 calibration alike."""
+    return min(int(asked or meta["max_length"]), int(meta.get("positions") or 1 << 30))
+
+
 def is_causal_lm(hf_model) -> bool:
     archs = getattr(hf_model.config, "architectures", None) or [type(hf_model).__name__]
     return any(str(a).endswith("ForCausalLM") for a in archs)

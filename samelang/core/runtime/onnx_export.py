@@ -15,7 +15,7 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 from samelang.core.model_folder import model_fingerprint
-from samelang.core.runtime.heads import pooled_module
+from samelang.core.runtime.heads import pooled_module, token_window
 from samelang.core.runtime.precision import EngineOptions, resolve
 from samelang.core.runtime.quantise import RECIPE, calibration_feeds, calibration_texts, quantise_int8
 from samelang.primitives.atomic import atomic_dir
@@ -47,7 +47,7 @@ def _calibration(tokenizer, kind: str, meta: dict | None) -> list[dict] | None:
     if tokenizer is None or not meta:
         return None
     inputs = calibration_texts(kind, meta)
-    return calibration_feeds(backend_tokenizer(tokenizer), inputs, int(meta["max_length"]), int(meta["pad_id"]))
+    return calibration_feeds(backend_tokenizer(tokenizer), inputs, token_window(meta), int(meta["pad_id"]))
 
 
 def export_onnx(model, kind: str, precision: str, target: Path, tokenizer=None, meta: dict | None = None) -> Path:

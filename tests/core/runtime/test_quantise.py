@@ -50,3 +50,28 @@ def test_calibration_texts_are_fixed_and_from_train_articles():
     assert not {t.split(": ", 1)[1] for t in texts} & test_texts
     pairs = quantise.calibration_texts("score", meta, per_lang=2)
     assert len(pairs) == 24 and all(isinstance(p, tuple) and p[1] not in test_texts for p in pairs)
+
+
+def test_an_int8_export_is_smoothed_quantised_and_close_to_fp32_on_tiny_models(tiny_models, tmp_path):
+    """The whole int8 path (export, calibration, SmoothQuant, dynamic quantisation, the engine running
+    it) on tiny stand-ins, an embedder and a cross-encoder. The real models' recorded tolerances are
+    the slow checks in test_engine.py (each int8 export of e5-small calibrates for a minute or more)."""
+    import onnx
+
+    from samelang.core.models.cross_encoder import CrossEncoderReranker
+    from samelang.core.models.encoder import Encoder
+    from samelang.core.runtime.precision import EngineOptions
+
+    texts = ["Where does the Rhine begin?", "莱茵河发源于瑞士的阿尔卑斯山。", "Река начинается в Альпах. " * 5]
+    fp32, int8 = EngineOptions(precision="fp32", backend="torch"), EngineOptions(precision="int8", backend="onnx")
+    enc = Encoder(tiny_models["xlmr-mean"], home=tmp_path, options=int8)
+    assert (enc.engine.precision, enc.engine.backend_name) == ("int8", "onnx")
+    ref = Encoder(tiny_models["xlmr-mean"], home=tmp_path, options=fp32).encode_passages(texts)
+    cos = (enc.encode_passages(texts) * ref).sum(axis=1)
+    assert cos.min() > 0.98, cos
+    ops = {n.op_type for n in onnx.load(str(enc.engine.backend.path), load_external_data=False).graph.node}
+    assert {"DynamicQuantizeLinear", "MatMulInteger"} <= ops, ops  # quantised: int8 products
+    pairs = [(texts[0], t) for t in texts]
+    rr = CrossEncoderReranker(tiny_models["xlmr-seqcls"], home=tmp_path, options=int8)
+    want = CrossEncoderReranker(tiny_models["xlmr-seqcls"], home=tmp_path, options=fp32).score_pairs(pairs)
+    assert np.abs(rr.score_pairs(pairs) - want).max() < 0.05
