@@ -196,6 +196,20 @@ def test_reranked_rows_cross_the_speed_and_fusion_levers_over_one_retriever():
     assert {r.reranker for r in SR.reranked_rows(retriever)} == {p.name for p in shipped_cross_encoders()}
 
 
+def test_cross_encoder_none_judges_the_retrievers_alone_and_never_writes_the_card():
+    from pydantic import ValidationError
+
+    from samelang.evaluation.pipeline import PipelineEvalOptions
+
+    retriever = S.ShapeRow("e5-small-fused-v3", 0.04)
+    assert SR.judged_rerankers(PipelineEvalOptions(cross_encoder=["none"]), retriever) == []
+    assert len(SR.judged_rerankers(PipelineEvalOptions(cross_encoder=["a"]), retriever)) == len(SR.reranked_rows(
+        retriever, ["a"]))  # fmt: skip
+    # the served row is chosen among the reranked rows too: a card without them would not be the judge's
+    with pytest.raises(ValidationError, match="--cross-encoder none with --card"):
+        PipelineEvalOptions(cross_encoder=["none"], card=True)
+
+
 def test_every_tuned_grid_names_the_command_that_chose_it():
     """The judge's grids are data (``grids.json``), each beside the command that chose it and what it found;
     the command names a script or subcommand that exists."""
