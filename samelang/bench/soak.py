@@ -24,10 +24,21 @@ MIX = (("search", 6), ("search_rerank", 1), ("rerank", 1), ("answer", 1), ("diag
 
 
 def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no VmRSS for pid {pid}")
+    """Resident MB of ``pid`` and its descendants: ``samelang serve`` is a front process and the server
+    process it started (samelang/service/front.py)."""
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            status = Path(f"/proc/{p}/status").read_text().splitlines()
+            kids = [Path(t / "children").read_text().split() for t in Path(f"/proc/{p}/task").iterdir()]
+        except (FileNotFoundError, ProcessLookupError):
+            if p == pid:
+                raise RuntimeError(f"no process {pid}") from None
+            continue  # a child that ended meanwhile
+        total += next((int(ln.split()[1]) for ln in status if ln.startswith("VmRSS:")), 0) / 1024
+        todo += [int(k) for ks in kids for k in ks]
+    return total
 
 
 def weighted_kinds(mix) -> list[str]:

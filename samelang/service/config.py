@@ -161,6 +161,15 @@ class ServiceSettings(Limits, StoreOptions):
         "for its turn behind the model work's threads; 1 cut the slow 429s of the Milvus mixed soak by 40% for ~7% "
         "of its throughput (docs/performance.md)",
     )
+    front: bool = Field(
+        True,
+        description="answer 429s, /health, /ready and /metrics from a front process of their own, the models "
+        "running in a server process behind it: a 429 then waits for a core, never for the model work's threads "
+        "(docs/performance.md, the mixed soak)",
+    )
+    server_nice: int = Field(
+        5, ge=0, le=19, description="with --front: the server process's niceness, so that the front gets a core first"
+    )
     shutdown_timeout_s: float = Field(
         8.0, ge=0, description="on SIGTERM, nothing more is admitted and running requests get this long"
     )

@@ -4,9 +4,7 @@ SIGTERM."""
 from __future__ import annotations
 
 import logging
-import math
 import multiprocessing
-import sys
 
 import typer
 
@@ -68,14 +66,6 @@ def prepare_serving(cfg: ServiceSettings) -> None:
         prepare_generator(cfg.home)
 
 
-def apply_switch_interval(cfg: ServiceSettings) -> float:
-    """Set the interpreter's switch interval to ``--switch-interval-ms`` (the whole process: the server's
-    event loop and its model-work threads); returns the one it replaces."""
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(cfg.switch_interval_ms / 1000)
-    return before
-
-
 def _prepare_in_child(cfg: ServiceSettings) -> None:
     """:func:`prepare_serving` in a child process: converting and exporting read the torch weights
     (~4 GB at peak on a first start), and a process does not give such memory back; the server then
@@ -92,23 +82,15 @@ def _prepare_in_child(cfg: ServiceSettings) -> None:
 @options.command(ServiceSettings)
 def serve(cfg: ServiceSettings) -> None:
     """Serve the API: prepares the models and the demo index on first run (cached)."""
-
-    import uvicorn  # deferred: keeps uvicorn out of start-up
-
-    from samelang.service.api.app import create_app  # deferred: keeps fastapi, starlette out of start-up
-    from samelang.service.api.server import draining_server
+    from samelang.service.api.server import serve_app  # deferred: keeps uvicorn out of start-up
+    from samelang.service.front import serve_with_front  # deferred: as above
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    # faiss tries its builds from the most specialised down and logs each miss at INFO, which reads like
-    # an error; the build it settled on is in /info (index) and the bench tables
-    logging.getLogger("faiss.loader").setLevel(logging.WARNING)
-    apply_switch_interval(cfg)
     if not ready_to_serve(cfg):
         _prepare_in_child(cfg)
     typer.echo(f"samelang: loading models and index, then serving on http://{cfg.host}:{cfg.port} ...")
-    app = create_app(cfg)
-    config = uvicorn.Config(
-        app, host=cfg.host, port=cfg.port, log_level="info",
-        timeout_graceful_shutdown=max(1, math.ceil(cfg.shutdown_timeout_s)),  # uvicorn: 0 would mean "forever"
-    )  # fmt: skip
-    draining_server(app, config).run()
+    if not cfg.front:
+        return serve_app(cfg)
+    code = serve_with_front(cfg)
+    if code:
+        raise typer.Exit(code)

@@ -101,6 +101,18 @@ def test_the_server_answers_from_onnx_without_torch_and_reports_its_memory(serve
     assert all(isinstance(v, (int, float)) for v in memory["load_rss_mb"].values()), memory
 
 
+def test_the_front_process_reports_both_processes_metrics(served):
+    """``samelang serve`` is a front process and the server process behind it (samelang/service/front.py):
+    the front's /metrics holds the server's counters too (prometheus_client's multi-process mode)."""
+    assert served.post("/search", json={"query": "Who founded the Normans?", "k": 3}).status_code == 200
+    metrics = served.get("/metrics")
+    assert metrics.status_code == 200 and metrics.headers["content-type"].startswith("text/plain")
+    searches = [ln for ln in metrics.text.splitlines() if ln.startswith("samelang_requests_total{") and
+                'route="/search"' in ln and 'status="200"' in ln]  # fmt: skip
+    assert searches and float(searches[0].rsplit(" ", 1)[1]) >= 1, metrics.text[:2000]
+    assert "samelang_queue_depth" in metrics.text and "samelang_request_seconds_bucket" in metrics.text
+
+
 def test_the_service_commands_do_not_import_training_or_torch():
     """``samelang serve`` / ``index`` / ``models`` are joined without ``training`` (which imports
     torch: ~0.4 GB and ~2 s a server from ONNX never uses), and their help starts without faiss,
@@ -124,8 +136,8 @@ def test_the_switch_interval_comes_from_its_flag_or_env_twin_and_is_bounded(monk
     for the whole server process; 0 (a thread never yields) is refused naming the field."""
     from pydantic import ValidationError
 
+    from samelang.service.api.server import apply_switch_interval
     from samelang.service.config import ServiceSettings
-    from samelang.service.serve import apply_switch_interval
 
     monkeypatch.setenv("SAMELANG_SWITCH_INTERVAL_MS", "1")
     cfg = ServiceSettings()

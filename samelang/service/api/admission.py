@@ -22,6 +22,7 @@ import time
 from fastapi import Request
 
 from samelang.core.budget import Cancelled
+from samelang.service.api.middleware import send_json
 
 SHUTTING_DOWN = "the server is shutting down: it admits no more work"
 RETRY_AFTER_S = 1  # what a 429 tells the client to wait: about one request's model work on 2 cores
@@ -129,11 +130,7 @@ class AdmissionMiddleware:
             scope["route"] = route  # the metrics' path label
             a.metrics.rejected.labels(scope["path"]).inc()
             exc = Overloaded(a.running, a.queued)
-            body = json.dumps(overloaded_body(scope["path"], str(exc), scope.get("samelang_request_id"))).encode()
-            headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                       *((k.encode(), v.encode()) for k, v in retry_after(exc).items())]  # fmt: skip
-            await send({"type": "http.response.start", "status": 429, "headers": headers})
-            return await send({"type": "http.response.body", "body": body})
+            return await send_overloaded(send, scope, exc)
         a.inside += 1
         try:
             return await self.app(scope, receive, send)
@@ -148,6 +145,12 @@ def model_work_routes(routes) -> dict:
 
 def retry_after(exc: Overloaded) -> dict[str, str]:
     return {"retry-after": str(math.ceil(exc.retry_after))}
+
+
+async def send_overloaded(send, scope, exc: Overloaded) -> None:
+    """The 429 of ``exc`` (ASGI), with ``Retry-After``, in the shape the route's clients read."""
+    body = json.dumps(overloaded_body(scope["path"], str(exc), scope.get("samelang_request_id"))).encode()
+    await send_json(send, 429, body, [(k.encode(), v.encode()) for k, v in retry_after(exc).items()])
 
 
 OPENAI_ROUTES = ("/v1/embeddings", "/v1/models")

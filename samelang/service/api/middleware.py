@@ -43,17 +43,17 @@ class RequestIdMiddleware:
         return await self.app(scope, receive, send_with_id)
 
 
+async def send_json(send, status: int, body: bytes, headers=(), content_type: bytes = b"application/json") -> None:
+    """One whole answer of ``body`` (ASGI), with its length."""
+    head = [(b"content-type", content_type), (b"content-length", str(len(body)).encode()), *headers]
+    await send({"type": "http.response.start", "status": status, "headers": head})
+    await send({"type": "http.response.body", "body": body})
+
+
 async def _send_error(send, status: int, error: str, detail: str, headers=(), scope=None) -> None:
     rid = (scope or {}).get("samelang_request_id")
     body = json.dumps({"error": error, "detail": detail, "request_id": rid}).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *headers],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
+    await send_json(send, status, body, headers)
 
 
 class GuardMiddleware:

@@ -4,9 +4,20 @@ Operational counters only; the ranking metrics (nDCG, Max@R, ...) live in :mod:`
 
 from __future__ import annotations
 
+import os
 import time
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+MULTIPROCESS = "PROMETHEUS_MULTIPROC_DIR"  # prometheus_client's multi-process mode: set by `samelang serve --front`
+
+
+def multiprocess_values() -> None:
+    """prometheus_client chooses where a metric keeps its values (memory, or a file per process) when it is
+    first imported; this process may have imported it before :data:`MULTIPROCESS` was set."""
+    from prometheus_client import values  # deferred: only the front's start needs it
+
+    values.ValueClass = values.get_value_class()
 
 
 class Metrics:
@@ -50,11 +61,12 @@ class Metrics:
             registry=self.registry,
         )
         self.in_progress = Gauge(
-            "samelang_work_in_progress", "requests whose model work is running now", registry=self.registry
-        )
+            "samelang_work_in_progress", "requests whose model work is running now", registry=self.registry,
+            multiprocess_mode="livesum",
+        )  # fmt: skip
         self.queue_depth = Gauge(
             "samelang_queue_depth", "requests waiting for a turn at model work (admission control)",
-            registry=self.registry,
+            registry=self.registry, multiprocess_mode="livesum",
         )  # fmt: skip
         self.queued_seconds = Histogram(
             "samelang_queued_seconds", "time a request waited for its turn at model work", ["path"],
@@ -66,7 +78,14 @@ class Metrics:
         )  # fmt: skip
 
     def render(self) -> tuple[bytes, str]:
-        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+        """This app's metrics; in the multi-process mode every process's (the front's 429s and the server's work)."""
+        if not os.environ.get(MULTIPROCESS):
+            return generate_latest(self.registry), CONTENT_TYPE_LATEST
+        from prometheus_client import multiprocess  # deferred: only in the multi-process mode
+
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        return generate_latest(registry), CONTENT_TYPE_LATEST
 
 
 class MetricsMiddleware:

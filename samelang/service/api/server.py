@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import logging
+import math
 import socket
+import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -19,7 +22,7 @@ def draining_server(app: FastAPI, config):
 
     class DrainingServer(uvicorn.Server):
         def handle_exit(self, sig, frame) -> None:
-            admission = getattr(app.state, "admission", None)
+            admission = getattr(getattr(app, "state", None), "admission", None)
             if admission is not None:
                 admission.close()
             super().handle_exit(sig, frame)
@@ -27,19 +30,49 @@ def draining_server(app: FastAPI, config):
     return DrainingServer(config)
 
 
+def apply_switch_interval(cfg) -> float:
+    """Set the interpreter's switch interval to ``--switch-interval-ms`` (the whole process: the server's
+    event loop and its model-work threads); returns the one it replaces."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(cfg.switch_interval_ms / 1000)
+    return before
+
+
+def serve_app(cfg, uds: str | None = None) -> None:
+    """The app of ``cfg`` (``samelang serve``'s settings) on its host and port, or on the Unix socket ``uds``
+    (behind the front process, :mod:`samelang.service.front`), until SIGTERM."""
+    import uvicorn  # deferred: keeps uvicorn out of start-up
+
+    from samelang.service.api.app import create_app  # deferred: the app's imports (models) only when it serves
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # faiss tries its builds from the most specialised down and logs each miss at INFO, which reads like
+    # an error; the build it settled on is in /info (index) and the bench tables
+    logging.getLogger("faiss.loader").setLevel(logging.WARNING)
+    apply_switch_interval(cfg)
+    app = create_app(cfg)
+    where = {"uds": uds} if uds else {"host": cfg.host, "port": cfg.port}
+    config = uvicorn.Config(
+        app, **where, log_level="info",
+        timeout_graceful_shutdown=max(1, math.ceil(cfg.shutdown_timeout_s)),  # uvicorn: 0 would mean "forever"
+    )  # fmt: skip
+    draining_server(app, config).run()
+
+
 @contextmanager
-def serve_in_thread(app: FastAPI, host: str = "127.0.0.1", start_timeout: float = 900.0):
-    """Serve ``app`` with uvicorn on a free loopback port in a daemon thread; yields its base URL
-    (tests and ``samelang eval pipeline`` talk to a real HTTP server this way). ``start_timeout``
-    only catches a start that hangs: an app that loads its models at start-up may first export
-    them to ONNX (the int8 encoder and a cross-encoder: minutes on 2 busy cores)."""
+def serve_in_thread(app: FastAPI, host: str = "127.0.0.1", start_timeout: float = 900.0, uds: str | None = None):
+    """Serve ``app`` with uvicorn on a free loopback port (or the Unix socket ``uds``) in a daemon thread;
+    yields its base URL (or ``uds``): tests and ``samelang eval pipeline`` talk to a real HTTP server this
+    way. ``start_timeout`` only catches a start that hangs: an app that loads its models at start-up may
+    first export them to ONNX (the int8 encoder and a cross-encoder: minutes on 2 busy cores)."""
 
     import uvicorn  # deferred: keeps uvicorn out of start-up
 
     with socket.socket() as s:
         s.bind((host, 0))
         port = s.getsockname()[1]
-    server = draining_server(app, uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on"))
+    where = {"uds": uds} if uds else {"host": host, "port": port}
+    server = draining_server(app, uvicorn.Config(app, **where, log_level="warning", lifespan="on"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.time() + start_timeout
@@ -48,7 +81,7 @@ def serve_in_thread(app: FastAPI, host: str = "127.0.0.1", start_timeout: float 
             raise RuntimeError("the server did not start")
         time.sleep(0.05)
     try:
-        yield f"http://{host}:{port}"
+        yield uds or f"http://{host}:{port}"
     finally:
         server.should_exit = True
         thread.join(timeout=30)
