@@ -29,6 +29,7 @@ import httpx
 from samelang.service.api.admission import Overloaded, send_overloaded
 from samelang.service.api.middleware import GuardMiddleware, RequestIdMiddleware, send_json
 from samelang.service.config import ServiceSettings
+from samelang.service.upstream import Upstream, UpstreamGone
 
 log = logging.getLogger("samelang")
 
@@ -50,8 +51,9 @@ def model_work_paths(openapi: dict) -> frozenset[str]:
 class ServerLink:
     """The server process as the front sees it: alive or not, ready (its last ``/ready`` answer) or not."""
 
-    def __init__(self, process, uds: Path, api_key: str | None):
+    def __init__(self, process, uds: Path, api_key: str | None, keep: int = 64):
         self.process, self.uds = process, uds
+        self.upstream = Upstream(str(uds), keep=keep)  # what requests pass on through (probes: httpx, below)
         headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
         self.client = httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=str(uds)), base_url="http://server",
                                         headers=headers, timeout=None)  # fmt: skip
@@ -76,6 +78,7 @@ class ServerLink:
                 raise RuntimeError(f"the server process exited (code {self.process.exitcode}) while it loaded")
             await asyncio.sleep(0.1)
         self.paths = model_work_paths((await self.client.get("/openapi.json", timeout=60)).raise_for_status().json())
+        await self.upstream.warm(self.upstream.keep)
 
     async def watch(self, on_exit) -> None:
         """``/ready`` every :data:`PROBE_EVERY_S`; ``on_exit`` when the process has gone."""
@@ -118,6 +121,7 @@ class Front:
                 if self._watch is not None:
                     self._watch.cancel()
                 await self.server.client.aclose()
+                self.server.upstream.close()
                 return await send({"type": "lifespan.shutdown.complete"})
 
     def _front(self, guarded):
@@ -161,34 +165,34 @@ class Front:
                 break
         headers = [(k, v) for k, v in scope["headers"] if k.lower() not in NOT_SENT_ON]
         headers.append((b"x-request-id", scope["samelang_request_id"].encode()))
-        url = scope["path"] + (f"?{scope['query_string'].decode('latin-1')}" if scope.get("query_string") else "")
-        request = self.server.client.build_request(scope["method"], url, headers=headers, content=body)
-        answer = asyncio.ensure_future(self.server.client.send(request, stream=True))
+        target = scope.get("raw_path") or scope["path"].encode()
+        target = (target + b"?" + scope["query_string"] if scope.get("query_string") else target).decode("latin-1")
+        answer = asyncio.ensure_future(self.server.upstream.request(scope["method"], target, headers, body))
         gone = asyncio.ensure_future(receive())  # http.disconnect, once the body is read, only when the client leaves
         try:
             await asyncio.wait({answer, gone}, return_when=asyncio.FIRST_COMPLETED)
             if not answer.done():
                 return
             try:
-                r = answer.result()
-            except httpx.TransportError as e:  # the server process has gone (or is going): say so, not a 500
-                detail = f"the server process did not answer ({type(e).__name__}); see the server's log"
+                head = answer.result()
+            except UpstreamGone as e:  # the server process has gone (or is going): say so, not a 500
+                detail = f"the server process did not answer ({e}); see the server's log"
                 body = json.dumps({"error": "unavailable", "detail": detail,
                                    "request_id": scope.get("samelang_request_id")}).encode()  # fmt: skip
                 return await send_json(send, 503, body)
-            try:
-                sent_back = [(k, v) for k, v in r.headers.raw if k.lower() not in NOT_SENT_BACK]
-                await send({"type": "http.response.start", "status": r.status_code, "headers": sent_back})
-                async for chunk in r.aiter_raw():
-                    if gone.done():  # the client left mid-stream: so does the server's connection
-                        return
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                await send({"type": "http.response.body", "body": b""})
-            finally:
-                await r.aclose()
+            sent_back = [(k, v) for k, v in head.headers if k not in NOT_SENT_BACK]
+            await send({"type": "http.response.start", "status": head.status, "headers": sent_back})
+            async for chunk in head.chunks():
+                if gone.done():  # the client left mid-stream: so does the server's connection
+                    return
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b""})
         finally:
-            for task in (answer, gone):
-                task.cancel()
+            gone.cancel()
+            if not answer.done():
+                answer.cancel()  # closes its connection: the server drops the request
+            elif not answer.cancelled() and answer.exception() is None:
+                answer.result().release()
 
 
 def run_server_process(cfg: ServiceSettings, uds: str) -> None:
@@ -226,7 +230,8 @@ def serve_with_front(cfg: ServiceSettings) -> int:
             log.error("samelang front: the server process exited (code %s); stopping", child.exitcode)
             server_holder[0].should_exit = True
 
-        front = Front(cfg, ServerLink(child, uds, cfg.api_key), Metrics(), on_exit=server_gone)
+        keep = cfg.max_concurrent_requests + cfg.max_queued_requests  # a connection per request inside, kept
+        front = Front(cfg, ServerLink(child, uds, cfg.api_key, keep), Metrics(), on_exit=server_gone)
         config = uvicorn.Config(front, host=cfg.host, port=cfg.port, log_level="info", lifespan="on",
                                 timeout_graceful_shutdown=max(1, int(cfg.shutdown_timeout_s) + 1))  # fmt: skip
 

@@ -133,10 +133,11 @@ def test_a_reranker_that_keeps_its_first_layers_is_served_with_them(tmp_path, sa
 
 
 def test_the_recipe_relevance_then_stage_1_it_teaches_then_stage_2_with_corpus_groups(
-    tmp_path, fake_corpus_store, samelang_home
+    tmp_path, fake_corpus_store, samelang_home, tiny_models
 ):
-    """Round 4's recipe at toy size: the relevance stage's adapter is stage 1's teacher (its English
-    scores, loaded as the service loads it) and starting point; stage 2 adds groups from the corpus's
+    """Round 4's recipe at toy size, over a tiny XLM-R cross-encoder (the plumbing is the same for any base,
+    e5-small's own stages are the fixture above): the relevance stage's adapter is stage 1's teacher (its
+    English scores, loaded as the service loads it) and starting point; stage 2 adds groups from the corpus's
     parallel passages (``--ict-groups``) to the XQuAD ones."""
     from samelang.corpora.views import load_views
 
@@ -144,7 +145,8 @@ def test_the_recipe_relevance_then_stage_1_it_teaches_then_stage_2_with_corpus_g
     (fake_corpus_store.root / "contamination.json").write_text(json.dumps({"dropped": {}, "sources": digests}))
     common = dict(langs="en,zh", batch_size=2, max_steps=1, max_length=48, dev_questions=0, device="cpu",
                   home=samelang_home, corpora=fake_corpus_store.root)  # fmt: skip
-    s0 = RerankerArgs(out=tmp_path / "s0", stage=0, negatives_per_query=1, **common)
+    s0 = RerankerArgs(out=tmp_path / "s0", stage=0, init=str(tiny_models["xlmr-seqcls"]), negatives_per_query=1,
+                      **common)  # fmt: skip
     train_reranker(s0, log=lambda *a: None)
     s1 = RerankerArgs(out=tmp_path / "s1", stage=1, init=str(s0.out), teacher=str(s0.out), n_sampled=1, **common)
     train_reranker(s1, log=lambda *a: None)

@@ -51,7 +51,8 @@ def serve_app(cfg, uds: str | None = None) -> None:
     logging.getLogger("faiss.loader").setLevel(logging.WARNING)
     apply_switch_interval(cfg)
     app = create_app(cfg)
-    where = {"uds": uds} if uds else {"host": cfg.host, "port": cfg.port}
+    # behind the front its one client keeps connections for the next request (uvicorn would drop them after 5 s idle)
+    where = {"uds": uds, "timeout_keep_alive": 3600} if uds else {"host": cfg.host, "port": cfg.port}
     config = uvicorn.Config(
         app, **where, log_level="info",
         timeout_graceful_shutdown=max(1, math.ceil(cfg.shutdown_timeout_s)),  # uvicorn: 0 would mean "forever"
