@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
 import httpx
 
@@ -28,6 +29,21 @@ class _Alive:
         return True
 
 
+@contextmanager
+def _front_over_a_held_server(settings, pipeline, encoder, tmp_path, queued: int):
+    """A server app whose model work waits on a gate (one turn, ``queued`` places) on a Unix socket, and the
+    front over it on a loopback port: yields (the front's URL, the front, the server app, the gate's encoder)."""
+    cfg = settings.model_copy(update={"max_concurrent_requests": 1, "max_queued_requests": queued,
+                                      "micro_batching": False})  # fmt: skip
+    held = _HeldEncoder(encoder)
+    app = make_app(cfg, pipeline, encoder=held)
+    uds = str(tmp_path / "server.sock")
+    with serve_in_thread(app, uds=uds):
+        front = Front(cfg, ServerLink(_Alive(), uds, None), Metrics())
+        with serve_in_thread(front) as url:
+            yield url, front, app, held
+
+
 def _wait(condition, what: str, limit_s: float = 60) -> None:
     deadline = time.monotonic() + limit_s  # bounds a broken server only
     while not condition():
@@ -36,14 +52,8 @@ def _wait(condition, what: str, limit_s: float = 60) -> None:
 
 
 def test_the_front_answers_429_and_probes_itself_and_passes_the_rest_on(service_settings, pipeline, encoder, tmp_path):
-    cfg = service_settings.model_copy(update={"max_concurrent_requests": 1, "max_queued_requests": 1,
-                                              "micro_batching": False})  # fmt: skip
-    held = _HeldEncoder(encoder)
-    app = make_app(cfg, pipeline, encoder=held)
-    uds = str(tmp_path / "server.sock")
-    with serve_in_thread(app, uds=uds):
-        front = Front(cfg, ServerLink(_Alive(), uds, None), Metrics())
-        with serve_in_thread(front) as url, ThreadPoolExecutor(4) as pool:
+    with _front_over_a_held_server(service_settings, pipeline, encoder, tmp_path, queued=1) as (url, front, app, held):
+        with ThreadPoolExecutor(4) as pool:
             assert {"/search", "/answer", "/v1/embeddings", "/embed", "/rerank"} <= front.server.paths
             assert "/admin/reload" not in front.server.paths  # no 429 documented: not model work
             ids = [f"held-{i}" for i in range(2)]
@@ -75,27 +85,20 @@ def test_the_front_answers_429_and_probes_itself_and_passes_the_rest_on(service_
 def test_a_client_that_leaves_is_dropped_by_the_server_and_bad_input_is_the_servers_4xx(
     service_settings, pipeline, encoder, tmp_path
 ):
-    cfg = service_settings.model_copy(update={"max_concurrent_requests": 1, "max_queued_requests": 2,
-                                              "micro_batching": False})  # fmt: skip
-    held = _HeldEncoder(encoder)
-    app = make_app(cfg, pipeline, encoder=held)
-    uds = str(tmp_path / "server.sock")
-    with serve_in_thread(app, uds=uds):
-        front = Front(cfg, ServerLink(_Alive(), uds, None), Metrics())
-        with serve_in_thread(front) as url:
-            first = threading.Thread(target=httpx.post, args=(f"{url}/search",),
-                                     kwargs={"json": {"query": "first"}, "timeout": 60})  # fmt: skip
-            first.start()
-            _wait(lambda: held.now == 1, "the one turn taken")
-            try:  # queued behind it, then the client gives up
-                httpx.post(f"{url}/search", json={"query": "leaves"}, timeout=0.5)
-            except httpx.TimeoutException:
-                pass
-            _wait(lambda: app.state.admission.queued == 0 and front.inside == 1, "the request that left dropped")
-            held.gate.set()
-            first.join(60)
-            bad = httpx.post(f"{url}/search", json={"query": "x", "k": 0}, timeout=30)
-            junk = httpx.post(f"{url}/search", content=b"\xff\xfe", headers={"content-type": "application/json"})
+    with _front_over_a_held_server(service_settings, pipeline, encoder, tmp_path, queued=2) as (url, front, app, held):
+        first = threading.Thread(target=httpx.post, args=(f"{url}/search",),
+                                 kwargs={"json": {"query": "first"}, "timeout": 60})  # fmt: skip
+        first.start()
+        _wait(lambda: held.now == 1, "the one turn taken")
+        try:  # queued behind it, then the client gives up
+            httpx.post(f"{url}/search", json={"query": "leaves"}, timeout=0.5)
+        except httpx.TimeoutException:
+            pass
+        _wait(lambda: app.state.admission.queued == 0 and front.inside == 1, "the request that left dropped")
+        held.gate.set()
+        first.join(60)
+        bad = httpx.post(f"{url}/search", json={"query": "x", "k": 0}, timeout=30)
+        junk = httpx.post(f"{url}/search", content=b"\xff\xfe", headers={"content-type": "application/json"})
     assert held.calls == 1  # the request whose client left never reached the model
     assert bad.status_code == 422 and "k" in bad.text  # the server's validation, brought back as it was
     assert junk.status_code == 400 and junk.json()["error"] == "invalid_encoding"
