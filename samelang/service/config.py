@@ -168,8 +168,9 @@ class ServiceSettings(Limits, StoreOptions):
         "(docs/performance.md, the mixed soak)",
     )
     server_nice: int = Field(
-        5, ge=0, le=19, description="with --front: the server process's niceness, so that the front gets a core first"
-    )
+        0, ge=0, le=19, description="with --front: the server process's niceness (higher: the front gets a core "
+        "first; at 5 the Milvus mixed soak's /diagnose ran past its 30 s budget, docs/performance.md)",
+    )  # fmt: skip
     shutdown_timeout_s: float = Field(
         8.0, ge=0, description="on SIGTERM, nothing more is admitted and running requests get this long"
     )

@@ -16,6 +16,7 @@ front's ``/metrics`` is both processes' counters, read from files, never a call 
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import multiprocessing
@@ -115,6 +116,7 @@ class Front:
                 except RuntimeError as e:
                     return await send({"type": "lifespan.startup.failed", "message": str(e)})
                 self._watch = asyncio.ensure_future(self.server.watch(self.on_exit))
+                gc.freeze()  # what start-up made stays: a burst's collections then walk only the requests' objects
                 log.info("samelang front: serving; admission bounds %s", sorted(self.server.paths))
                 await send({"type": "lifespan.startup.complete"})
             elif msg["type"] == "lifespan.shutdown":
