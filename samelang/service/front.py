@@ -116,7 +116,6 @@ class Front:
                 except RuntimeError as e:
                     return await send({"type": "lifespan.startup.failed", "message": str(e)})
                 self._watch = asyncio.ensure_future(self.server.watch(self.on_exit))
-                gc.freeze()  # what start-up made stays: a burst's collections then walk only the requests' objects
                 log.info("samelang front: serving; admission bounds %s", sorted(self.server.paths))
                 await send({"type": "lifespan.startup.complete"})
             elif msg["type"] == "lifespan.shutdown":
@@ -245,6 +244,9 @@ def serve_with_front(cfg: ServiceSettings) -> int:
 
         server = FrontServer(config)
         server_holder.append(server)
+        # what start-up made (fastapi, pydantic: ~60,000 objects) stays: a burst's garbage collections then walk only
+        # the requests' objects (they had paused a burst's 429s by 50-80 ms, docs/performance.md)
+        gc.freeze()
         server.run()
         child.join(timeout=cfg.shutdown_timeout_s + 2)
         if child.is_alive():
