@@ -213,10 +213,10 @@ def serve_with_front(cfg: ServiceSettings) -> int:
     with tempfile.TemporaryDirectory(prefix="samelang-serve-") as tmp:
         metrics_dir = Path(tmp) / "metrics"
         metrics_dir.mkdir()
-        os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)  # this process's metrics and the child's
-        from samelang.service.api.prometheus import Metrics, multiprocess_values  # deferred: after the variable
+        from samelang.service.api.prometheus import MULTIPROCESS, Metrics, multiprocess_values  # deferred: as above
 
-        multiprocess_values()
+        os.environ[MULTIPROCESS] = str(metrics_dir)  # this process's metrics and the child's (it inherits it)
+        multiprocess_values()  # this process may have imported prometheus_client before the variable
         uds = Path(tmp) / "server.sock"
         child = multiprocessing.get_context("spawn").Process(target=run_server_process, args=(cfg, str(uds)),
                                                              name="samelang-server")  # fmt: skip
