@@ -65,12 +65,14 @@ def served_cross_encoder() -> Path:
 
 
 @pytest.fixture(scope="session")
-def tiny_reader(tmp_path_factory, base_model_path, samelang_home) -> Path:
+def tiny_reader(tmp_path_factory, tiny_models, samelang_home) -> Path:
     """An extractive reader trained for a few steps here (English and Chinese XQuAD train articles,
-    short windows): a real model folder of ``samelang train reader``, weights barely trained."""
+    short windows) over a tiny random-weight XLM-R: a real model folder of ``samelang train reader``,
+    weights barely trained; what it reads is the plumbing's, not a real model's, to check."""
     from samelang.training.reader import ReaderArgs, train_reader
 
-    args = ReaderArgs(out=tmp_path_factory.mktemp("reader") / "reader", langs="en,zh", corpus=False, batch_size=4,
+    args = ReaderArgs(out=tmp_path_factory.mktemp("reader") / "reader", base=str(tiny_models["xlmr-mean"]),
+                      langs="en,zh", corpus=False, batch_size=4,
                       max_steps=3, max_length=96, stride=32, dev_per_lang=3, lr=1e-3, device="cpu",
                       home=samelang_home)  # fmt: skip
     return train_reader(args, log=lambda *a: None)

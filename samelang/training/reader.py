@@ -24,8 +24,7 @@ from tqdm.auto import tqdm
 
 from samelang.core import model_folder, options
 from samelang.core.metrics.answers import answer_f1, exact_match
-from samelang.core.models.base_model import ensure_base_model
-from samelang.core.models.loading import keep_layers
+from samelang.core.models.loading import adapter_base, keep_layers
 from samelang.core.models.model_card import ModelCardData, render_model_card
 from samelang.core.models.reader import (
     ExtractiveReader,
@@ -47,6 +46,11 @@ HEAD_MODULES = ["qa_outputs"]  # new in a converted bi-encoder: trained in full,
 class ReaderArgs(runs.TrainerArgs, CorpusTrainingOptions, UserDataOptions):
     """Options of ``samelang train reader`` (the shared ones in :class:`runs.TrainerArgs`)."""
 
+    base: str | None = Field(
+        None,
+        description="The encoder the span model is trained on: a folder or a hub id in the cache (default: the "
+        "converted multilingual-e5-small); --init takes its reader's",
+    )  # fmt: skip
     langs: str = Field(",".join(XQUAD_LANGS), description="XQuAD languages to train and calibrate on.")
     corpus: bool = Field(True, description="Also the corpus's QA sources with answer spans (samelang data import).")
     negatives: float = Field(
@@ -84,6 +88,8 @@ class ReaderArgs(runs.TrainerArgs, CorpusTrainingOptions, UserDataOptions):
     @model_validator(mode="after")
     def _windows(self) -> ReaderArgs:
         check_windows(self.max_length, self.stride)
+        if self.init and self.base:
+            raise ValueError("--init continues a reader over its own base: drop --base")
         return self
 
     def examples(self, langs: tuple[str, ...], dev: tuple[int, ...]) -> list[ReadingExample]:
@@ -101,11 +107,15 @@ class ReaderModule(torch.nn.Module):
         super().__init__()
         from transformers import AutoModelForQuestionAnswering, AutoTokenizer  # deferred: transformers at use
 
-        base = str(ensure_base_model(home))
+        if args.init and model_folder.is_adapter(args.init):  # a later stage: over its reader's own base
+            base = str(adapter_base(args.init, home))
+            self.named = (model_folder.read_manifest(args.init) or {}).get("base")
+        else:
+            base, self.named = runs.resolve_base(args.base, args), args.base
         self.tokenizer = AutoTokenizer.from_pretrained(base)
         torch.manual_seed(args.seed)  # the new head's initialisation (at load) is part of the run's seed
-        model = AutoModelForQuestionAnswering.from_pretrained(
-            base, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0
+        model = AutoModelForQuestionAnswering.from_pretrained(  # a span head: start and end, whatever the base had
+            base, num_labels=2, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0
         )
         if args.layers:
             keep_layers(model, args.layers)
@@ -258,10 +268,11 @@ def train_reader(args: ReaderArgs, log=print) -> Path:
 def _save_final(args: ReaderArgs, module: ReaderModule, history, seconds: float, counts: dict, world: int, langs, dev,
                 log=print) -> None:  # fmt: skip
     """Write the model folder atomically, then calibrate its threshold on the dev articles."""
-    final, adapter, weights = runs.save_model(args.out, module.model, module.tokenizer, module.base)
+    final, adapter, weights = runs.save_model(args.out, module.model, module.tokenizer, module.base, module.named)
     kind = "extractive-reader-lora-adapter" if adapter else "extractive-reader"
     counts = {**counts, "steps": len(history), **earlier_stages(args)}
-    training_args = runs.write_run_files(final, args, module.base, history, seconds, world, counts, kind, weights)
+    training_args = runs.write_run_files(final, args, module.base, history, seconds, world, counts, kind, weights,
+                                         named=module.named)  # fmt: skip
     reader = ExtractiveReader(final, device=str(next(module.parameters()).device), home=args.home,
                               max_length=args.max_length, stride=args.stride)  # fmt: skip
     report = calibrated(reader, args, langs, dev, log)

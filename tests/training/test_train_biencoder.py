@@ -32,18 +32,19 @@ def test_two_step_smoke_run_changes_the_weights(tmp_path, base_model_path):
     assert not (out / "checkpoints").exists()
 
 
-def test_adapter_loads_in_the_service_encoder(tmp_path, base_model_path, encoder, samelang_home):
+def test_adapter_loads_in_the_service_encoder(tmp_path, tiny_models, samelang_home):
     from samelang.core.models.encoder import Encoder
 
     out = tmp_path / "a"
-    args = BiencoderArgs(out=out, base=str(base_model_path), langs="zh", per_lang=2, batch_size=2, max_steps=1,
+    base = tiny_models["xlmr-mean"]  # what is checked is the loading path, for any base a user brings
+    args = BiencoderArgs(out=out, base=str(base), langs="zh", per_lang=2, batch_size=2, max_steps=1,
                          max_length=32, dev_n_articles=0, device="cpu", lr=1e-2)  # fmt: skip
     train_biencoder(args, log=lambda *a: None)
-    aligned = Encoder(out, home=samelang_home)
-    assert aligned.fingerprint != encoder.fingerprint and aligned.dim == 384
+    aligned, encoder = Encoder(out, home=samelang_home), Encoder(base, home=samelang_home)
+    assert aligned.fingerprint != encoder.fingerprint and aligned.dim == encoder.dim == 32
     a = aligned.encode_passages(["Der Rhein ist ein Fluss."])
     b = encoder.encode_passages(["Der Rhein ist ein Fluss."])
-    assert 0.5 < float((a * b).sum()) < 0.99999  # the adapter is applied, and the model is still sane
+    assert 0.5 < float((a * b).sum()) < 0.99999  # the adapter is applied, and the model is still near its base
 
 
 def test_target_queries_add_their_two_terms(tmp_path, base_model_path):
@@ -126,15 +127,16 @@ def test_a_run_stopped_early_keeps_the_schedule_it_was_started_with(tmp_path, ba
     assert "--schedule-steps 20" in (out / "README.md").read_text()
 
 
-def test_init_continues_an_adapter_over_its_own_base(tmp_path, base_model_path, samelang_home):
+def test_init_continues_an_adapter_over_its_own_base(tmp_path, tiny_models, samelang_home):
     """``--init ADAPTER``: the adapter's weights trained on (not a new LoRA from zero) and saved over
     the same base, which the service loads as it loads any adapter."""
     import numpy as np
 
     from samelang.core.models.encoder import Encoder
 
-    first = BiencoderArgs(out=tmp_path / "first", base=str(base_model_path), langs="zh", per_lang=2, batch_size=2,
-                          max_steps=1, max_length=32, dev_n_articles=0, device="cpu", lr=1e-2)  # fmt: skip
+    first = BiencoderArgs(out=tmp_path / "first", base=str(tiny_models["xlmr-mean"]), langs="zh", per_lang=2,
+                          batch_size=2, max_steps=1, max_length=32, dev_n_articles=0, device="cpu",
+                          lr=1e-2)  # fmt: skip
     train_biencoder(first, log=lambda *a: None)
     later = first.model_copy(update={"out": tmp_path / "later", "base": None, "init": str(first.out), "seed": 1})
     train_biencoder(later, log=lambda *a: None)
@@ -146,7 +148,7 @@ def test_init_continues_an_adapter_over_its_own_base(tmp_path, base_model_path, 
     assert manifests[0]["base"] == manifests[1]["base"]
     assert f"--init {first.out}" in (later.out / "README.md").read_text()
     served = Encoder(later.out, home=samelang_home).encode_passages(["Der Rhein ist ein Fluss."])
-    assert served.shape == (1, 384)
+    assert served.shape == (1, 32)  # the tiny base's width
     with pytest.raises(ValueError, match="--init continues a bi-encoder over its own base: drop --base"):
         BiencoderArgs(out=tmp_path / "x", base="b", init="a")
 

@@ -12,7 +12,6 @@ import torch
 from safetensors.numpy import load_file
 
 from samelang.core.catalogue import REPO_MODELS
-from samelang.core.models.base_model import ensure_base_model
 from samelang.core.models.reader import ExtractiveReader, Span, best_spans, read_reader_config
 from samelang.core.runtime.precision import EngineOptions
 from samelang.corpora import dev_articles
@@ -131,7 +130,7 @@ def test_windows_that_cannot_hold_a_passage_are_refused():
         ReaderArgs(out="x", max_length=96, stride=80)
 
 
-def test_training_writes_a_calibrated_adapter_that_the_service_reader_loads(tiny_reader, samelang_home):
+def test_training_writes_a_calibrated_adapter_that_the_service_reader_loads(tiny_reader, tiny_models, samelang_home):
     w = load_file(tiny_reader / "adapter_model.safetensors")
     assert any("qa_outputs" in k for k in w) and max(abs(v).max() for k, v in w.items() if "lora_B" in k) > 0
     cfg = read_reader_config(tiny_reader)
@@ -139,6 +138,7 @@ def test_training_writes_a_calibrated_adapter_that_the_service_reader_loads(tiny
     assert (cfg["max_length"], cfg["stride"], cfg["passages"]) == (96, 32, 2)
     manifest = json.loads((tiny_reader / "samelang_manifest.json").read_text())
     assert manifest["kind"] == "extractive-reader-lora-adapter"
+    assert manifest["base"] == str(tiny_models["xlmr-mean"].resolve())  # --base: any encoder a user brings
     card = (tiny_reader / "README.md").read_text()
     assert (
         "samelang train reader" in card
@@ -162,9 +162,9 @@ def test_training_writes_a_calibrated_adapter_that_the_service_reader_loads(tiny
     from peft import PeftModel
     from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 
-    base = AutoModelForQuestionAnswering.from_pretrained(str(ensure_base_model(samelang_home)))
+    base = AutoModelForQuestionAnswering.from_pretrained(str(tiny_models["xlmr-mean"]), num_labels=2)  # its --base
     ref = PeftModel.from_pretrained(base, str(tiny_reader)).eval()
-    batch = AutoTokenizer.from_pretrained(str(ensure_base_model(samelang_home)))(["Where?"], [passages[1]])
+    batch = AutoTokenizer.from_pretrained(str(tiny_models["xlmr-mean"]))(["Where?"], [passages[1]])
     with torch.inference_mode():
         out = ref(**{k: torch.tensor(v) for k, v in batch.items()})
     want = torch.stack([out.start_logits, out.end_logits], -1)[0].numpy()
@@ -211,6 +211,12 @@ def test_a_later_stage_continues_from_the_readers_weights_and_its_card_chains_th
     train_reader(args.model_copy(update={"calibrate_only": True, "langs": "en"}), log=lambda *a: None)
     assert json.loads((out / "training_args.json").read_text())["sources"] == counted  # the same examples
     assert f"| xquad | {counted['xquad']['questions']:,} |" in (out / "README.md").read_text()
+    assert (
+        json.loads((out / "samelang_manifest.json").read_text())["base"]
+        == json.loads((tiny_reader / "samelang_manifest.json").read_text())["base"]
+    )  # over its reader's own base
+    with pytest.raises(ValueError, match="drop --base"):
+        ReaderArgs(out=out, init=tiny_reader, base="elsewhere")
     with pytest.raises(ValueError, match="not a LoRA reader"):
         train_reader(ReaderArgs(out=tmp_path / "x", init=tmp_path, corpus=False, device="cpu", home=samelang_home))
 

@@ -110,26 +110,27 @@ def test_the_relevance_stage_trains_on_the_corpus_views(tmp_path, fake_corpus_st
     assert json.loads((args.out / "training_args.json").read_text())["stage"] == 0
 
 
-def test_a_reranker_that_keeps_its_first_layers_is_served_with_them(tmp_path, samelang_home):
+def test_a_reranker_that_keeps_its_first_layers_is_served_with_them(tmp_path, tiny_models, samelang_home):
     from samelang.core.models.cross_encoder import CrossEncoderReranker
 
     common = dict(langs="en,zh", batch_size=2, max_steps=1, max_length=48, dev_questions=0, device="cpu",
                   home=samelang_home)  # fmt: skip
-    s1 = RerankerArgs(out=tmp_path / "s1", stage=1, n_sampled=1, layers=2, **common)
+    base = tiny_models["xlmr-seqcls"]  # two layers: the first one kept
+    s1 = RerankerArgs(out=tmp_path / "s1", stage=1, n_sampled=1, layers=1, init=str(base), **common)
     train_reranker(s1, log=lambda *a: None)
     s2 = RerankerArgs(out=tmp_path / "s2", stage=2, init=str(s1.out), lr=1e-2, **common)
     train_reranker(s2, log=lambda *a: None)
     for out in (s1.out, s2.out):  # the second stage keeps the layers its --init kept
-        assert json.loads((out / "samelang_manifest.json").read_text())["base_layers"] == 2
+        assert json.loads((out / "samelang_manifest.json").read_text())["base_layers"] == 1
     module = RerankerModule(RerankerArgs(out=s2.out, stage=2, init=str(s2.out), max_length=48), samelang_home)
-    assert module.layers == 2 and len(module.model.base_model.model.base_model.encoder.layer) == 2
+    assert module.layers == 1 and len(module.model.base_model.model.base_model.encoder.layer) == 1
     query, docs = "Wer war der erste Direktor?", ["Henry Cole was the first director.", "Paris is in France."]
     with torch.no_grad():
         want = torch.sigmoid(module.eval()([query] * 2, docs)).numpy()
     served = CrossEncoderReranker(s2.out, max_length=48, home=samelang_home)
     np.testing.assert_allclose(served.score(query, docs), want, atol=1e-5)
-    with pytest.raises(ValueError, match="keeps 2 layers"):
-        RerankerModule(RerankerArgs(out=tmp_path / "x", stage=2, init=str(s2.out), layers=3), samelang_home)
+    with pytest.raises(ValueError, match="keeps 1 layers"):
+        RerankerModule(RerankerArgs(out=tmp_path / "x", stage=2, init=str(s2.out), layers=2), samelang_home)
 
 
 def test_the_recipe_relevance_then_stage_1_it_teaches_then_stage_2_with_corpus_groups(

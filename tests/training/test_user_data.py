@@ -229,12 +229,13 @@ def test_the_reranker_relevance_stage_trains_on_the_users_pairs(tmp_path, samela
         RerankerArgs(out=tmp_path / "x", stage=1, data=data, data_only=True)
 
 
-def test_the_reader_trains_on_a_squad_file(tmp_path, samelang_home):
+def test_the_reader_trains_on_a_squad_file(tmp_path, tiny_models, samelang_home):
     from samelang.training.reader import ReaderArgs, train_reader
 
     path = tmp_path / "squad.json"
     path.write_text(json.dumps(SQUAD, ensure_ascii=False))
-    args = ReaderArgs(out=tmp_path / "reader", data=path, data_only=True, langs="en,de", batch_size=2, max_steps=2,
+    args = ReaderArgs(out=tmp_path / "reader", base=str(tiny_models["xlmr-mean"]), data=path, data_only=True,
+                      langs="en,de", batch_size=2, max_steps=2,
                       max_length=64, stride=16, dev_per_lang=2, lr=1e-3, device="cpu", home=samelang_home)  # fmt: skip
     train_reader(args, log=lambda *a: None)
     record = json.loads((args.out / "training_args.json").read_text())

@@ -212,7 +212,7 @@ def load_span_model(path: str | Path, home: Path, device: str = "cpu"):
     base = adapter_base(path, home)
     layers = (read_manifest(path) or {}).get("base_layers")
     with _quiet_load(drop_conversion_notice=True):
-        model = AutoModelForQuestionAnswering.from_pretrained(base)
+        model = AutoModelForQuestionAnswering.from_pretrained(base, num_labels=2)  # the span head the adapter holds
         if layers:
             keep_layers(model, int(layers))
         model = PeftModel.from_pretrained(model, str(path)).merge_and_unload()

@@ -1,10 +1,13 @@
 """Start-up: the real loading path with a cross-encoder checkpoint, and the refusal of
 an index built by another model.
 
-The cross-encoder here is the converted base model with an untrained one-logit head:
-this test is about plumbing (loading, naming, ordering), not about ranking quality."""
+The cross-encoder here is a tiny random-weight XLM-R sequence classifier with a one-logit head
+(:mod:`tests.tiny_models`, the shape of bge-reranker-v2-m3): this test is about plumbing (loading,
+naming, ordering), not about ranking quality."""
 
 from __future__ import annotations
+
+import shutil
 
 import httpx
 import pytest
@@ -14,14 +17,9 @@ from tests.service.conftest import running
 
 
 @pytest.fixture(scope="module")
-def cross_encoder_dir(tmp_path_factory, base_model_path):
-    import torch
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-    torch.manual_seed(0)
-    out = tmp_path_factory.mktemp("ce") / "e5-small-ce-untrained"
-    AutoModelForSequenceClassification.from_pretrained(base_model_path, num_labels=1).save_pretrained(out)
-    AutoTokenizer.from_pretrained(base_model_path).save_pretrained(out)
+def cross_encoder_dir(tmp_path_factory, tiny_models):
+    out = tmp_path_factory.mktemp("ce") / "tiny-ce-untrained"
+    shutil.copytree(tiny_models["xlmr-seqcls"], out)
     return out
 
 
@@ -31,7 +29,7 @@ def test_rerank_uses_the_configured_cross_encoder(service_settings, cross_encode
     cfg = service_settings.model_copy(update={"reranker": cross_encoder_dir})
     with running(create_app(cfg)) as url, httpx.Client(base_url=url, timeout=120) as c:  # lifespan loads everything
         info = c.get("/info").json()
-        assert (info["reranker"]["name"], info["reranker"]["kind"]) == ("e5-small-ce-untrained", "cross-encoder")
+        assert (info["reranker"]["name"], info["reranker"]["kind"]) == ("tiny-ce-untrained", "cross-encoder")
         # a checkpoint without an inference card runs at the fp32 reference numerics; the base encoder at
         # what its shipped record chose for this class of CPU (int8 on AMX), else fp32
         from samelang.core.model_folder import recorded_precision
@@ -41,7 +39,7 @@ def test_rerank_uses_the_configured_cross_encoder(service_settings, cross_encode
         assert info["reranker"]["precision"] == "fp32" and info["encoder"]["precision"] == base
         docs = ["Berlin is the capital of Germany.", "柏林是德国的首都。", "Bananas are yellow.", "Der Rhein fließt."]
         body = c.post("/rerank", json={"query": "What is the capital of Germany?", "documents": docs}).json()
-        assert body["reranker"] == "e5-small-ce-untrained"
+        assert body["reranker"] == "tiny-ce-untrained"
         scores = [r["score"] for r in body["results"]]
         assert sorted(r["index"] for r in body["results"]) == [0, 1, 2, 3]
         assert scores == sorted(scores, reverse=True) and len(set(scores)) == 4
@@ -54,7 +52,7 @@ def test_an_index_built_by_another_model_is_refused(service_settings, cross_enco
     with pytest.raises(IndexModelMismatch) as e:
         load_components(cfg)
     msg = str(e.value)
-    assert "multilingual-e5-small" in msg and "e5-small-ce-untrained" in msg and "samelang index build" in msg
+    assert "multilingual-e5-small" in msg and "tiny-ce-untrained" in msg and "samelang index build" in msg
 
 
 def test_reranker_choice(tmp_path):
