@@ -21,6 +21,9 @@ if [ "$mode" = serve ]; then
   # pip, not uv: torch==2.13.0 (pinned) is then the local CPU build on this kind of machine
   python -m pip install -q -e '.[cpu,generator]'
   echo "pip install: $((SECONDS - start)) s (llama.cpp compiles: ~6 min on 2 cores)"
+  start=$SECONDS
+  samelang models prepare --served  # the base model converted, the served models' graphs exported (~2 min)
+  echo "models prepare: $((SECONDS - start)) s"
   exit 0
 fi
 python -m pip install -q -e '.[cpu,test]'
@@ -29,5 +32,5 @@ start=$SECONDS
 bash scripts/install_chromium.sh  # the audit page's browser test (Debian's chromium, no download)
 echo "chromium: $((SECONDS - start)) s"
 start=$SECONDS
-samelang models prepare --generator  # the base model converted, the generator's GGUF assembled
+samelang models prepare --generator --served  # as above, and the generator's GGUF assembled
 echo "models prepare: $((SECONDS - start)) s"

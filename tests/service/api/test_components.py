@@ -93,3 +93,23 @@ def test_the_served_lamar_reranker_serves_rerank(service_settings, served_cross_
     cfg = service_settings.model_copy(update={"reranker": "cosine"})
     with running(create_app(cfg)) as url, httpx.Client(base_url=url, timeout=120) as c:
         assert c.get("/info").json()["reranker"] == {"name": "bi-encoder-cosine", "kind": "bi-encoder-cosine"}
+
+
+def test_prepare_served_models_leaves_each_graph_in_the_cache(service_settings, tiny_models, tiny_reader, tmp_path):
+    """``samelang models prepare --served``: each served model loaded once, at the numerics it is served with
+    (fp32 here), so that a server started later finds its graphs exported; a second run exports nothing."""
+    from samelang.service.components import prepare_served_models
+
+    cfg = service_settings.model_copy(update={
+        "home": tmp_path, "model": str(tiny_models["xlmr-mean"]), "reranker": str(tiny_models["xlmr-seqcls"]),
+        "reader": str(tiny_reader), "precision": "fp32", "backend": "onnx"})  # fmt: skip
+    assert (cfg.engine_options().precision, cfg.engine_options().backend) == ("fp32", "onnx")
+    said = []
+    roles = prepare_served_models(cfg, log=said.append)
+    assert roles == {"bi-encoder": str(tiny_models["xlmr-mean"]), "reranker": str(tiny_models["xlmr-seqcls"]),
+                     "reader": str(tiny_reader)}  # fmt: skip
+    exports = sorted(p.parent.name.split("-")[1] for p in (tmp_path / "cache" / "onnx").glob("*/export.json"))
+    assert exports == ["embed", "score", "span"] and "served models ready" in said[0]
+    stamps = {p: p.stat().st_mtime_ns for p in (tmp_path / "cache" / "onnx").glob("*/model.onnx")}
+    prepare_served_models(cfg, log=said.append)
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / "cache" / "onnx").glob("*/model.onnx")} == stamps
