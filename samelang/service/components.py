@@ -9,6 +9,7 @@ import json
 import logging
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import faiss
 
@@ -49,24 +50,15 @@ def load_components(cfg: ServiceSettings) -> Components:
     ledger = LoadLedger()
     options = cfg.engine_options()
     with ledger.measure("encoder"):
-        model = catalogue.chosen_biencoder(cfg)
         path = cfg.index or catalogue.default_index_path(cfg)
-        model = catalogue.adapted_model(path, model, cfg.home)  # `samelang adapt` embedded it again: its model
-        encoder = catalogue.open_encoder(model, device=device, home=cfg.home, options=options)
+        encoder = load_encoder(cfg, path, device, options)
     with ledger.measure("index"):
         set_search_threads(cfg.search_threads)  # why 1: see Settings.search_threads
         index: OpenIndex = open_index(path, encoder.info, use_gpu=cfg.use_gpu_index, uri=cfg.milvus_uri)
         if getattr(index, "lexical", None) is not None:
             encoder.analyzer  # noqa: B018  (built here, so that its cost is the index's, not a first request's)
-    reranker_path = catalogue.default_reranker(cfg.reranker, cfg.home, cfg.revision)
     with ledger.measure("reranker"):
-        reranker = (
-            CrossEncoderReranker(
-                reranker_path, device=device, max_length=cfg.reranker_max_length, home=cfg.home, options=options
-            )
-            if reranker_path
-            else CosineReranker(encoder)
-        )
+        reranker = load_reranker(cfg, encoder, device, options)
     with ledger.measure("reader"):
         defaults = cfg.pipeline_defaults()
         for role, name in cfg.unmeasured_models().items():
@@ -97,6 +89,22 @@ def load_components(cfg: ServiceSettings) -> Components:
     return Components(pipeline, info)
 
 
+def load_encoder(cfg: ServiceSettings, index: Path, device: str, options):
+    """The bi-encoder ``cfg`` serves ``index`` with: the chosen one, or the model ``samelang adapt`` embedded the
+    index again with when it was adapted from the chosen one."""
+    model = catalogue.adapted_model(index, catalogue.chosen_biencoder(cfg), cfg.home)
+    return catalogue.open_encoder(model, device=device, home=cfg.home, options=options)
+
+
+def load_reranker(cfg: ServiceSettings, encoder, device: str, options) -> CrossEncoderReranker | CosineReranker:
+    """The cross-encoder ``cfg`` names (or the measured defaults'), else the bi-encoder's cosine."""
+    path = catalogue.default_reranker(cfg.reranker, cfg.home, cfg.revision)
+    if not path:
+        return CosineReranker(encoder)
+    return CrossEncoderReranker(path, device=device, max_length=cfg.reranker_max_length, home=cfg.home,
+                                options=options)  # fmt: skip
+
+
 def prepare_served_models(cfg: ServiceSettings, log=print) -> dict[str, str]:
     """Load the models ``cfg`` serves (bi-encoder or both parts of a fused one, cross-encoder, reader) once, at
     the numerics this machine serves them with, and let them go: each inference graph is then in the cache
@@ -104,20 +112,15 @@ def prepare_served_models(cfg: ServiceSettings, log=print) -> dict[str, str]:
     its index. Why a command: an image build or an install pays this once, not every container's first start.
     Returns each role's model folder."""
     device, options = cfg.torch_device(), cfg.engine_options()
-    out = {}
     t0 = time.perf_counter()
-    encoder = catalogue.open_encoder(catalogue.chosen_biencoder(cfg), device=device, home=cfg.home, options=options)
-    out["bi-encoder"] = str(encoder.path)
-    reranker_path = catalogue.default_reranker(cfg.reranker, cfg.home, cfg.revision)
-    if reranker_path:
-        CrossEncoderReranker(reranker_path, device=device, max_length=cfg.reranker_max_length, home=cfg.home,
-                             options=options)  # fmt: skip
-        out["reranker"] = str(reranker_path)
-    reader_path = catalogue.default_reader(cfg.reader, cfg.home)
-    if reader_path:
-        ExtractiveReader(reader_path, device=device, home=cfg.home, max_length=cfg.reader_max_length,
-                         options=options).load()  # fmt: skip
-        out["reader"] = str(reader_path)
+    encoder = load_encoder(cfg, cfg.index or catalogue.default_index_path(cfg), device, options)
+    reranker = load_reranker(cfg, encoder, device, options)
+    reader = load_reader(cfg, device, EXTRACTIVE)  # loaded now, whatever /answer's default mode
+    out = {"bi-encoder": str(encoder.path)}
+    if isinstance(reranker, CrossEncoderReranker):
+        out["reranker"] = str(reranker.path)
+    if reader is not None:
+        out["reader"] = str(reader.path)
     log(f"served models ready in {time.perf_counter() - t0:.0f} s: {', '.join(f'{k} {v}' for k, v in out.items())}")
     return out
 

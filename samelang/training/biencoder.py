@@ -22,7 +22,6 @@ from pydantic import Field, model_validator
 
 from samelang.core import metrics as M
 from samelang.core import model_folder, options
-from samelang.core.models.loading import adapter_base
 from samelang.core.models.model_card import ModelCardData, render_model_card
 from samelang.core.runtime.heads import pool, read_st_config
 from samelang.corpora import dev_articles, load_xquad
@@ -345,10 +344,7 @@ def train_biencoder(args: BiencoderArgs, log=print, given=None) -> Path:
 def start_from(args: BiencoderArgs) -> tuple[str, str | None]:
     """The base the run's model is made of and the name its record gives it: ``--base`` (else the
     converted base), or for ``--init`` an adapter's own base (a full model is its own base)."""
-    if args.init and model_folder.is_adapter(args.init):
-        return str(adapter_base(args.init, args.home)), (model_folder.read_manifest(args.init) or {}).get("base")
-    named = args.init or args.base
-    return runs.resolve_base(named, args), named
+    return runs.start_from(args.init, args.init or args.base, args, args.home)
 
 
 def _save_final(

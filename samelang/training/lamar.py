@@ -24,7 +24,7 @@ import torch
 from pydantic import Field, model_validator
 
 from samelang.core import model_folder, options
-from samelang.core.models.loading import adapter_base, keep_layers
+from samelang.core.models.loading import keep_layers
 from samelang.core.models.model_card import ModelCardData, render_model_card
 from samelang.core.runtime.heads import causal_template, template_jinja, templated_pairs, yes_no_ids
 from samelang.corpora import XQUAD_LANGS, dev_articles, load_xquad
@@ -124,10 +124,7 @@ class RerankerModule(torch.nn.Module):
         from transformers import AutoConfig, AutoTokenizer  # deferred: keeps transformers out of start-up
 
         init = args.init
-        if init and model_folder.is_adapter(init):  # a later stage: the adapter's own base
-            self.base, self.named = str(adapter_base(init, home)), (model_folder.read_manifest(init) or {}).get("base")
-        else:
-            self.base, self.named = runs.resolve_base(init, args), init
+        self.base, self.named = runs.start_from(init, init, args, home)  # a later stage: its adapter's own base
         self.layers = init_layers(args)
         trust = args.trust_remote_code
         self.tokenizer = AutoTokenizer.from_pretrained(self.base, trust_remote_code=trust)

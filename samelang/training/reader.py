@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 
 from samelang.core import model_folder, options
 from samelang.core.metrics.answers import answer_f1, exact_match
-from samelang.core.models.loading import adapter_base, keep_layers
+from samelang.core.models.loading import keep_layers
 from samelang.core.models.model_card import ModelCardData, render_model_card
 from samelang.core.models.reader import (
     ExtractiveReader,
@@ -107,11 +107,7 @@ class ReaderModule(torch.nn.Module):
         super().__init__()
         from transformers import AutoModelForQuestionAnswering, AutoTokenizer  # deferred: transformers at use
 
-        if args.init and model_folder.is_adapter(args.init):  # a later stage: over its reader's own base
-            base = str(adapter_base(args.init, home))
-            self.named = (model_folder.read_manifest(args.init) or {}).get("base")
-        else:
-            base, self.named = runs.resolve_base(args.base, args), args.base
+        base, self.named = runs.start_from(args.init, args.base, args, home)  # a later stage: its reader's base
         self.tokenizer = AutoTokenizer.from_pretrained(base)
         torch.manual_seed(args.seed)  # the new head's initialisation (at load) is part of the run's seed
         model = AutoModelForQuestionAnswering.from_pretrained(  # a span head: start and end, whatever the base had

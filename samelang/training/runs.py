@@ -21,7 +21,7 @@ from pydantic_settings import SettingsConfigDict
 from samelang.core import model_folder
 from samelang.core.models.base_model import BASE_MODEL_NAME, ensure_base_model
 from samelang.core.models.hub import check_remote_code, locate
-from samelang.core.models.loading import base_record
+from samelang.core.models.loading import adapter_base, base_record
 from samelang.core.runtime.precision import cpu_has_bf16, cpu_summary
 from samelang.core.settings import HubOptions, default_home
 
@@ -251,6 +251,15 @@ def no_dropout(base: str | Path) -> dict:
     if config.get("model_type") in model_folder.ONNX_MODEL_TYPES:
         out["add_pooling_layer"] = False
     return out
+
+
+def start_from(init: str | Path | None, named: str | None, args, home: Path) -> tuple[str, str | None]:
+    """The base a run's model is made of and the name its record gives it: for ``--init`` a LoRA adapter,
+    the adapter's own base (a later stage trains on over it; its manifest names it), else ``named``
+    (:func:`resolve_base`). What every trainer's ``--init`` and ``--base`` mean, decided once."""
+    if init and model_folder.is_adapter(init):
+        return str(adapter_base(init, home)), (model_folder.read_manifest(init) or {}).get("base")
+    return resolve_base(named, args), named
 
 
 def resolve_base(named: str | None, args) -> str:
