@@ -325,7 +325,7 @@ def train_biencoder(args: BiencoderArgs, log=print, given=None) -> Path:
     ``given``: ``(groups, translation pairs, alone)`` a caller mined (``samelang adapt``), learnt as
     ``nce_data`` and ``jsd_data`` (L_JSD between the two texts of a pair), alone or beside the seed's triplets."""
     rank, world, local_rank, device = runs.start(args)
-    base, named = start_from(args)
+    base, named = runs.start_from(args.init, args.init or args.base, args, args.home)  # a full --init: its own base
     dev = dev_articles(args.dev_n_articles)
     terms = StepTerms(args, dev, world, rank, log, given)
     total = args.max_steps or max(1, int(terms.steps_per_epoch * args.epochs))
@@ -339,12 +339,6 @@ def train_biencoder(args: BiencoderArgs, log=print, given=None) -> Path:
     plan = Plan(f"train biencoder ({args.loss})", terms, save, keep=("lora_",),
                 evaluators=[MaxRDev(args.eval_every, dev_langs, dev)] if dev else [])  # fmt: skip
     return fit(module, args, total, device, plan, log)
-
-
-def start_from(args: BiencoderArgs) -> tuple[str, str | None]:
-    """The base the run's model is made of and the name its record gives it: ``--base`` (else the
-    converted base), or for ``--init`` an adapter's own base (a full model is its own base)."""
-    return runs.start_from(args.init, args.init or args.base, args, args.home)
 
 
 def _save_final(
