@@ -40,6 +40,7 @@ def _split_list(value: Any) -> Any:
 # list options: repeat the flag on the command line, comma-separate them in the environment
 PathList = Annotated[list[Path], NoDecode, BeforeValidator(_split_list)]
 StrList = Annotated[list[str], NoDecode, BeforeValidator(_split_list)]
+IntList = Annotated[list[int], NoDecode, BeforeValidator(_split_list)]
 
 
 def flag_name(name: str) -> str:

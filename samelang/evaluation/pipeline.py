@@ -31,7 +31,7 @@ from samelang.core.models.base_model import ensure_base_model
 from samelang.core.models.cross_encoder import CosineReranker
 from samelang.core.models.encoder import Encoder
 from samelang.core.models.generation import NoGenerator
-from samelang.core.options import StrList
+from samelang.core.options import IntList, StrList
 from samelang.core.runtime.precision import EngineOptions
 from samelang.corpora import XQUAD_LANGS, load_xquad
 from samelang.corpora.store import CorporaOption
@@ -340,6 +340,12 @@ class PipelineEvalOptions(EvalOptions, CorporaOption):
         description="Cross-encoder NAME=DIR (with --shapes: a models/ name or DIR); repeat. Default: every "
         "cross-encoder in models/ (with --shapes: every shipped one; 'none': the retriever rows alone, no --card).",
     )
+    rerank_k: IntList = Field(
+        default_factory=list,
+        description="With --shapes: the candidates a reranked row's cross-encoder scores, each in [1, 100]; repeat. "
+        "Default: the tuned grid (grids.json's rerank_ks). Fewer ks: fewer rows and fewer scored pairs (a judge of "
+        "top 10 alone scores half the pairs of 20 and 10).",
+    )
     full: bool = Field(False, description="Reranked rows on all 374 questions per language too.")
     per_lang: int = Field(SAMPLE_PER_LANG, ge=1, le=374, description="Sample: questions per language (>= 48).")
     http: bool = Field(True, description="Also measure the served defaults over HTTP /answer.")
@@ -369,6 +375,13 @@ class PipelineEvalOptions(EvalOptions, CorporaOption):
         False, description="With --shapes: only the out-of-domain shape, for the rows the last judge chose among "
         "(models/serving.json); with --card its table replaces the one in docs/evaluation.md and serving.json.",
     )  # fmt: skip
+
+    @model_validator(mode="after")
+    def _rerank_ks_are_bounded(self) -> PipelineEvalOptions:
+        bad = [k for k in self.rerank_k if not 1 <= k <= 100]
+        if bad:
+            raise ValueError(f"rerank_k {bad}: each must be in [1, 100] (candidates a cross-encoder scores)")
+        return self
 
     @model_validator(mode="after")
     def _card_needs_the_sample(self) -> PipelineEvalOptions:

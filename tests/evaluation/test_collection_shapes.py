@@ -210,6 +210,27 @@ def test_cross_encoder_none_judges_the_retrievers_alone_and_never_writes_the_car
         PipelineEvalOptions(cross_encoder=["none"], card=True)
 
 
+def test_rerank_k_narrows_the_reranked_rows_and_the_card_names_it(monkeypatch):
+    """``--rerank-k`` (or ``SAMELANG_EVAL_RERANK_K``) replaces the tuned grid's ks: only those rows, every fusion;
+    out-of-range ks are refused naming the field; the judge's command line says every narrowing flag."""
+    from pydantic import ValidationError
+
+    from samelang.evaluation.pipeline import PipelineEvalOptions
+
+    retriever = S.ShapeRow("e5-small-fused-v3", 0.04)
+    opts = PipelineEvalOptions(cross_encoder=["a"], rerank_k=[10, 10], retriever=["e5-small-fused-v3"], ood=False)
+    rows = SR.judged_rerankers(opts, retriever)
+    assert {r.rerank_k for r in rows} == {10} and len(rows) == len(SR.RERANK_FUSIONS)
+    assert SR.judge_command(opts) == ("samelang eval pipeline --shapes --no-ood --retriever e5-small-fused-v3 "
+                                      "--cross-encoder a --rerank-k 10")  # fmt: skip
+    monkeypatch.setenv("SAMELANG_EVAL_RERANK_K", "5,20")
+    assert PipelineEvalOptions().rerank_k == [5, 20]
+    monkeypatch.delenv("SAMELANG_EVAL_RERANK_K")
+    for bad in (0, 101):
+        with pytest.raises(ValidationError, match="rerank_k"):
+            PipelineEvalOptions(rerank_k=[bad])
+
+
 def test_every_tuned_grid_names_the_command_that_chose_it():
     """The judge's grids are data (``grids.json``), each beside the command that chose it and what it found;
     the command names a script or subcommand that exists."""

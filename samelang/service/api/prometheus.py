@@ -95,11 +95,24 @@ class MetricsMiddleware:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        start, status = time.perf_counter(), [None]
+        start, status, recorded = time.perf_counter(), [None], [False]
+
+        def record():
+            """Once per request. A finished response is counted *before* its last byte goes out, so a client that
+            reads /metrics right after its answer always sees it (counting after ``send`` raced that read)."""
+            if recorded[0]:
+                return
+            recorded[0] = True
+            route = scope.get("route")
+            path = getattr(route, "path", None) or "unmatched"
+            self.metrics.requests.labels(path, scope["method"], str(status[0])).inc()
+            self.metrics.latency.labels(path).observe(time.perf_counter() - start)
 
         async def send_wrapper(msg):
             if msg["type"] == "http.response.start":
                 status[0] = msg["status"]
+            elif msg["type"] == "http.response.body" and not msg.get("more_body", False):
+                record()
             await send(msg)
 
         try:
@@ -110,7 +123,4 @@ class MetricsMiddleware:
             status[0] = status[0] or 500
             raise
         finally:
-            route = scope.get("route")
-            path = getattr(route, "path", None) or "unmatched"
-            self.metrics.requests.labels(path, scope["method"], str(status[0])).inc()
-            self.metrics.latency.labels(path).observe(time.perf_counter() - start)
+            record()
