@@ -343,8 +343,8 @@ class PipelineEvalOptions(EvalOptions, CorporaOption):
     rerank_k: IntList = Field(
         default_factory=list,
         description="With --shapes: the candidates a reranked row's cross-encoder scores, each in [1, 100]; repeat. "
-        "Default: the tuned grid (grids.json's rerank_ks). Fewer ks: fewer rows and fewer scored pairs (a judge of "
-        "top 10 alone scores half the pairs of 20 and 10).",
+        "Default: the tuned grid (grids.json's rerank_ks). Fewer or smaller ks: fewer rows and fewer scored pairs "
+        "(the pairs of the largest k are scored once, every smaller k reuses them).",
     )
     full: bool = Field(False, description="Reranked rows on all 374 questions per language too.")
     per_lang: int = Field(SAMPLE_PER_LANG, ge=1, le=374, description="Sample: questions per language (>= 48).")

@@ -184,7 +184,7 @@ def test_reranked_rows_ask_the_same_positions_in_every_language(samelang_home):
 
 
 def test_reranked_rows_cross_the_speed_and_fusion_levers_over_one_retriever():
-    """Each cross-encoder reranks the chosen retriever's first 20 and first 10 candidates, alone and
+    """Each cross-encoder reranks the chosen retriever's first k candidates for each k of the grid, alone and
     fused with the retriever's score; every such row is compared with that same retriever."""
     retriever = S.ShapeRow("e5-small-fused-v3", 0.04)
     assert {r.reranker for r in SR.reranked_rows(retriever)} == {p.name for p in shipped_cross_encoders()}
