@@ -175,7 +175,7 @@ def judged_rerankers(options, retriever: ShapeRow) -> list[ShapeRow]:
     a tiny run takes one k, the reranker alone and fused (each row costs its p50's real searches)."""
     if options.cross_encoder == [NO_RERANKER]:  # the retrievers judged alone: an hour less on 2 cores
         return []
-    ks = tuple(dict.fromkeys(options.rerank_k)) or RERANK_KS  # --rerank-k: fewer rows, fewer scored pairs
+    ks = tuple(options.rerank_k) or RERANK_KS  # --rerank-k (each k once): fewer rows, fewer scored pairs
     levers = dict(ks=ks[:1], fusions=(0.0, RERANK_FUSIONS[-1])) if options.tiny else dict(ks=ks)
     return reranked_rows(retriever, [c.partition("=")[2] or c for c in options.cross_encoder], **levers)
 
@@ -189,7 +189,7 @@ def judge_command(options) -> str:
         " --no-ood" * (not options.ood),
         *(f" --retriever {r}" for r in options.retriever),
         *(f" --cross-encoder {c}" for c in options.cross_encoder),
-        *(f" --rerank-k {k}" for k in dict.fromkeys(options.rerank_k)),
+        *(f" --rerank-k {k}" for k in options.rerank_k),
     ]
     return "samelang eval pipeline --shapes" + "".join(flags)
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from tqdm.auto import tqdm
 
 from samelang.core.catalogue import ALIGNED_BIENCODER, BASE, LAMAR_RERANKER, ensure_demo_index, served_defaults
@@ -376,12 +376,15 @@ class PipelineEvalOptions(EvalOptions, CorporaOption):
         "(models/serving.json); with --card its table replaces the one in docs/evaluation.md and serving.json.",
     )  # fmt: skip
 
-    @model_validator(mode="after")
-    def _rerank_ks_are_bounded(self) -> PipelineEvalOptions:
-        bad = [k for k in self.rerank_k if not 1 <= k <= 100]
+    @field_validator("rerank_k")
+    @classmethod
+    def _rerank_ks(cls, ks: list[int]) -> list[int]:
+        """Each k in [1, 100], each once (a repeated k would judge the same rows twice): what the judge's rows and
+        its command line both read."""
+        bad = [k for k in ks if not 1 <= k <= 100]
         if bad:
             raise ValueError(f"rerank_k {bad}: each must be in [1, 100] (candidates a cross-encoder scores)")
-        return self
+        return list(dict.fromkeys(ks))
 
     @model_validator(mode="after")
     def _card_needs_the_sample(self) -> PipelineEvalOptions:
