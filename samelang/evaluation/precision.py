@@ -4,8 +4,10 @@ The rule: the default precision of a model on a class of CPU (:func:`cpu_class`)
 the fastest one whose loss against fp32 is at most ``tolerance`` points on every metric of its eval
 table, measured on a machine of that class: Max@R_norm average and Mono-Same nDCG@10 for the
 bi-encoder; oracle nDCG@1 and Mono-Same nDCG@10 for the reranker (the seed-002 slice of
-``max_questions`` questions per language). A choice, so the questions are the TRAIN articles' (the
-test articles judge the served pipeline, they never select). The choice and the table go into the
+``max_questions`` questions per language); answer F1 and EM for the extractive reader (the dev
+articles' questions, each read as ``/answer`` reads: its gold paragraph and another of its article).
+A choice, so the questions are the TRAIN articles' (the test articles judge the served pipeline,
+they never select); the reader's are the train articles no model here trains on. The choice and the table go into the
 model folder's inference record under ``cpu:<class>`` (read by ``precision=auto``;
 :mod:`samelang.core.model_folder`) and its card; the base model's record ships in
 ``models/multilingual-e5-small/`` since its folder is converted on each machine.
@@ -19,21 +21,25 @@ from pathlib import Path
 
 from pydantic import Field
 
-from samelang.core.catalogue import default_cross_encoder, default_weights
+from samelang.core.catalogue import default_cross_encoder, default_reader, default_weights
+from samelang.core.metrics.answers import answer_f1, exact_match
 from samelang.core.model_folder import SHIPPED_RECORDS, record_precision, write_card_section
 from samelang.core.models.base_model import BASE_MODEL_NAME
 from samelang.core.models.cross_encoder import CrossEncoderReranker
 from samelang.core.models.encoder import Encoder
+from samelang.core.models.reader import ExtractiveReader
 from samelang.core.options import StrList
 from samelang.core.runtime.precision import EngineOptions, cpu_has_bf16, cpu_model, cpu_summary, precision_device
 from samelang.core.settings import settings
-from samelang.corpora import load_xquad
+from samelang.corpora import XQUAD_LANGS, dev_articles, load_xquad
 from samelang.evaluation import reranker as ev
 from samelang.evaluation.biencoder import embed_xquad, evaluate
 from samelang.evaluation.common import EvalOptions, Report
 
 BIENCODER_METRICS = ("max_r_norm", "mono_same_ndcg10")
 RERANKER_METRICS = ("oracle_ndcg_at_1", "mono_same_ndcg10")
+READER_METRICS = ("f1", "em")
+READER_SPEED_QUESTIONS = 20  # English dev questions a read is timed on (median)
 SPLIT = "train"  # what choices are made on
 
 
@@ -88,6 +94,51 @@ def reranker_row(reranker, result: dict, repeats: int = 3) -> dict:
     }
 
 
+def reader_questions(per_lang: int) -> list[tuple[str, str, list[str], list[str]]]:
+    """``(question, language, gold answers, passages)`` of the dev articles' first ``per_lang`` questions
+    per language (the train articles held out of every training run: see ``dev_articles``), each with
+    the two passages ``/answer`` reads: its gold paragraph, then the next paragraph of its article that
+    holds none of its answers (the retriever ranks the gold first mostly; the reader must still pick)."""
+    data = load_xquad(list(XQUAD_LANGS), split="train")
+    dev = set(dev_articles())
+    article: dict[tuple[str, int], list] = {}  # (language, article) -> its paragraphs in order
+    for p in data.paragraphs:
+        if p.article in dev:
+            article.setdefault((p.lang, p.article), []).append(p)
+    out, counts = [], dict.fromkeys(XQUAD_LANGS, 0)
+    for q in data.questions:
+        if q.article not in dev or counts[q.lang] >= per_lang:
+            continue
+        paragraphs = article[(q.lang, q.article)]
+        at = next(i for i, p in enumerate(paragraphs) if p.group == q.group)
+        golds = [a.text for a in q.answers]
+        others = (p.text for p in paragraphs[at + 1 :] + paragraphs[:at] if not any(g in p.text for g in golds))
+        other = next(others, None)
+        out.append((q.text, q.lang, golds, [paragraphs[at].text] + ([other] if other else [])))
+        counts[q.lang] += 1
+    return out
+
+
+def reader_row(reader: ExtractiveReader, questions: list, repeats: int = 3) -> dict:
+    """F1 and EM (%) of the reader's answers at its calibrated threshold (what ``/answer`` returns),
+    and the speed of one read of a question's passages (median over English questions)."""
+    answers = [reader.read(q, passages) for q, _, _, passages in questions]
+    f1 = [answer_f1(a.text if a else None, g, lang) for a, (_, lang, g, _) in zip(answers, questions)]
+    em = [exact_match(a.text if a else None, g, lang) for a, (_, lang, g, _) in zip(answers, questions)]
+    timed = [(q, passages) for q, lang, _, passages in questions if lang == "en"][:READER_SPEED_QUESTIONS]
+    reader.spans(*timed[0])  # warm-up
+    one = statistics.median(median_time(lambda q=q, p=p: reader.spans(q, p), repeats) for q, p in timed)
+    described = reader.describe()
+    return {
+        "precision": described["precision"],
+        "backend": described["backend"],
+        "f1": float(statistics.fmean(f1)),
+        "em": float(statistics.fmean(em)),
+        "reads_per_s": 1.0 / one,
+        "read_ms": 1000 * one,  # what /answer waits for after the search
+    }
+
+
 def choose(rows: list[dict], metrics: tuple[str, ...], speed_key: str, tolerance: float = 0.3, on_gpu=False) -> dict:
     """Mark each row's largest loss against fp32, whether it is within ``tolerance`` and whether it
     may be served; return the fastest row that is both (fp32 itself always is). On a CPU only the
@@ -109,6 +160,9 @@ def markdown(rows: list[dict], metrics: tuple[str, ...], speed_key: str, chosen:
         "oracle_ndcg_at_1": "oracle nDCG@1",
         "passages_per_s": "passages/s",
         "pairs_per_s": "pairs/s",
+        "f1": "F1 (dev)",
+        "em": "EM (dev)",
+        "reads_per_s": "reads/s",
     }
     per_query = all("query_ms" in r for r in rows)
     head = ["precision", "backend", *[names[m] for m in metrics], "max loss vs fp32", names[speed_key], "x fp32"]
@@ -162,7 +216,13 @@ class PrecisionEvalOptions(EvalOptions):
         default_factory=list,
         description="Precisions to compare with fp32 (default: int8, and bf16 where the CPU has it natively).",
     )
+    reader: str | None = Field(
+        None, description="Extractive reader folder (default: the served one, when there is one; 'none' to skip)."
+    )
     max_questions: int = Field(6, ge=1, description="Reranker slice: test questions per language.")
+    reader_questions: int = Field(
+        40, ge=1, le=200, description="Reader: dev-article questions per language (F1 and EM against fp32)."
+    )
     tolerance: float = Field(0.3, ge=0, description="Largest admissible loss against fp32, in points, on any metric.")
     repeats: int = Field(3, ge=1, description="Speed: timed repetitions (median).")
     card: bool = Field(False, description="Record the default precision in each model folder (inference record, card).")
@@ -170,8 +230,8 @@ class PrecisionEvalOptions(EvalOptions):
 
 
 class PrecisionEvaluation:
-    """fp32 vs int8 (vs bf16) for the served bi-encoder and cross-encoder: quality on their eval
-    tables and speed, side by side; picks each model's default precision (the fastest within
+    """fp32 vs int8 (vs bf16) for the served bi-encoder, cross-encoder and extractive reader: quality
+    on their eval tables and speed, side by side; picks each model's default precision (the fastest within
     ``tolerance`` points of fp32 on every metric) and, with ``card``, records it in the model folder."""
 
     def __init__(self, options: PrecisionEvalOptions, log=print):
@@ -185,6 +245,7 @@ class PrecisionEvaluation:
         skip = options.reranker is not None and options.reranker.lower() == "none"
         chosen = None if skip else (options.reranker or default_cross_encoder())
         self.reranker = Path(chosen) if chosen else None
+        self.reader = default_reader(options.reader, self.cfg.home)
 
     def _biencoder_rows(self) -> tuple[list[dict], object]:
         rows, emb_fp32 = [], None
@@ -212,29 +273,42 @@ class PrecisionEvaluation:
             del rr
         return rows
 
+    def _reader_rows(self) -> list[dict]:
+        questions, rows = reader_questions(self.options.reader_questions), []
+        for p in self.precisions:
+            reader = ExtractiveReader(self.reader, self.device, home=self.cfg.home, options=EngineOptions(precision=p))
+            rows.append(reader_row(reader, questions, self.options.repeats))
+            self.log(f"reader {p}: {rows[-1]}")
+            del reader
+        return rows
+
     def how(self) -> str:
         o = self.options
         where = device_name(self.device) if self.on_gpu else cpu_summary()
         return (
             f"Measured on {where} (class {self.record_key}; {self.cfg.threads or 'all'} threads): speed = median of "
-            f"{o.repeats} runs over the first 64 English test paragraphs (bi-encoder) or one query x 20 paragraphs "
-            "(reranker); quality on the XQuAD TRAIN articles' questions over the 12-language pool (a choice: the test "
-            f"articles never select; reranker: {o.max_questions} questions per language, candidates from the fp32 "
-            f"retriever). Default on this class of CPU = the fastest precision within {o.tolerance} points of fp32 on "
-            "every metric. Command: `samelang eval precision --card` on a machine of the class."
+            f"{o.repeats} runs over the first 64 English test paragraphs (bi-encoder), one query x 20 paragraphs "
+            f"(reranker) or one read of a question's 2 passages, median over {READER_SPEED_QUESTIONS} English "
+            "questions (reader); quality on the XQuAD TRAIN articles' questions over the 12-language pool (a choice: "
+            f"the test articles never select; reranker: {o.max_questions} questions per language, candidates from the "
+            f"fp32 retriever; reader: F1 and EM at its calibrated threshold on the dev articles' first "
+            f"{o.reader_questions} questions per language, each over its gold paragraph and another of its article, "
+            f"as /answer reads). Default on this class of CPU = the fastest precision within {o.tolerance} points of "
+            "fp32 on every metric. Command: `samelang eval precision --card` on a machine of the class."
         )
 
     def run(self) -> Report:
         tol = self.options.tolerance
         data: dict = {"cpu": cpu_model(), "record_key": self.record_key, "split": SPLIT,
-                      "biencoder": str(self.biencoder), "reranker": str(self.reranker)}  # fmt: skip
+                      "biencoder": str(self.biencoder), "reranker": str(self.reranker),
+                      "reader": str(self.reader)}  # fmt: skip
         sections = {}
         if self.options.record_biencoder:
             rows, emb_fp32 = self._biencoder_rows()
             chosen = choose(rows, BIENCODER_METRICS, "passages_per_s", tol, self.on_gpu)["precision"]
             sections[self.biencoder] = (rows, chosen, markdown(rows, BIENCODER_METRICS, "passages_per_s", chosen))
             data["biencoder_rows"], data["biencoder_default"] = rows, chosen
-        else:
+        elif self.reranker is not None:  # the reranker's candidates
             enc = Encoder(
                 self.biencoder, device=self.device, home=self.cfg.home, options=EngineOptions(precision="fp32")
             )
@@ -244,6 +318,11 @@ class PrecisionEvaluation:
             chosen = choose(rows, RERANKER_METRICS, "pairs_per_s", tol, self.on_gpu)["precision"]
             sections[self.reranker] = (rows, chosen, markdown(rows, RERANKER_METRICS, "pairs_per_s", chosen))
             data["reranker_rows"], data["reranker_default"] = rows, chosen
+        if self.reader is not None:
+            rows = self._reader_rows()
+            chosen = choose(rows, READER_METRICS, "reads_per_s", tol, self.on_gpu)["precision"]
+            sections[self.reader] = (rows, chosen, markdown(rows, READER_METRICS, "reads_per_s", chosen))
+            data["reader_rows"], data["reader_default"] = rows, chosen
         how = self.how()
         text = "\n\n".join(f"### {path.name}\n\n{table}" for path, (_, _, table) in sections.items()) + "\n\n" + how
         report = Report(text, data)

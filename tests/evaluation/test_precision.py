@@ -54,3 +54,45 @@ def test_each_device_keeps_its_own_choice(tmp_path):
     assert set(card["comparison"]) == {here, "cuda"} and card["note"][here] == "cpu note"
     assert resolve(EngineOptions(), "cpu", tmp_path).precision == "int8"
     assert resolve(EngineOptions(), "cuda", tmp_path).precision == "bf16"
+
+
+def test_the_reader_is_read_on_the_dev_articles_as_answer_reads():
+    """The reader's choice set: the dev articles' questions (never a test article), each over its
+    gold paragraph, which holds one of its answers, then another of its article, which holds none."""
+    from samelang.corpora import dev_articles, load_xquad
+    from samelang.evaluation.precision import reader_questions
+
+    asked = reader_questions(5)
+    dev = {(q.lang, q.text) for q in load_xquad(split="train").questions if q.article in set(dev_articles())}
+    assert len(asked) == 5 * 12 and {lang for _, lang, _, _ in asked} == {lang for lang, _ in dev}
+    for question, lang, golds, passages in asked:
+        assert (lang, question) in dev
+        assert any(g in passages[0] for g in golds)
+        assert len(passages) <= 2 and not any(g in p for g in golds for p in passages[1:])
+    assert sum(len(p) == 2 for *_, p in asked) >= 50
+
+
+def test_the_reader_gets_its_own_precision_record(tmp_path, tiny_reader, samelang_home):
+    """``samelang eval precision --reader``: fp32 and int8 answer the same dev questions, each timed; the
+    choice lands in the reader's own inference record, where the server's ``precision=auto`` reads it."""
+    import shutil
+
+    from samelang.core.models.reader import ExtractiveReader
+    from samelang.evaluation.precision import PrecisionEvalOptions, PrecisionEvaluation
+
+    reader = tmp_path / "reader"
+    shutil.copytree(tiny_reader, reader)  # the session's reader keeps no record
+    options = PrecisionEvalOptions(reranker="none", record_biencoder=False, reader=str(reader), precision=["int8"],
+                                   reader_questions=2, repeats=1, card=True, out=tmp_path / "out",
+                                   home=samelang_home)  # fmt: skip
+    data = PrecisionEvaluation(options, log=lambda *a: None).run().data
+    rows = data["reader_rows"]
+    assert [r["precision"] for r in rows] == ["fp32", "int8"] and all(r["backend"] == "onnx" for r in rows)
+    assert all(0 <= r["f1"] <= 100 and 0 <= r["em"] <= r["f1"] + 1e-9 and r["reads_per_s"] > 0 for r in rows)
+    assert "biencoder_rows" not in data and "reranker_rows" not in data
+    here = precision_device("cpu")
+    record = json.loads((reader / "inference.json").read_text())
+    assert record["default_precision"] == {here: data["reader_default"]}
+    assert resolve(EngineOptions(), "cpu", reader).precision == data["reader_default"]
+    assert ExtractiveReader(reader, home=samelang_home).describe()["precision"] == data["reader_default"]
+    assert "## Inference precision" in (reader / "README.md").read_text()
