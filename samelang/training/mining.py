@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from pydantic import BaseModel, Field
 from tqdm.auto import tqdm
 
 from samelang.core.catalogue import open_encoder, resolve_model, served_defaults, served_fingerprint
@@ -33,6 +34,17 @@ from samelang.retrieval.options import Defaults, SearchOptions
 from samelang.retrieval.pipeline import Pipeline
 
 MINING_VERSION = "mining-v1"  # bump when what a cached list means changes
+
+
+class MiningOptions(BaseModel):
+    """The mining retriever's option, declared once for every trainer that mines (a plain model: each
+    trainer's settings class keeps its own ``SAMELANG_*`` prefix)."""
+
+    mine_with: str = Field(
+        "served",
+        description="The retriever that mines hard negatives (--relevance-first's groups, the reader's "
+        "--mined-negatives): served (models/serving.json's), a model (dense) or MODEL+bm25=W.",
+    )
 
 
 @dataclass(frozen=True)

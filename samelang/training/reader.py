@@ -36,14 +36,21 @@ from samelang.core.models.reader import (
 from samelang.corpora import XQUAD_LANGS, dev_articles
 from samelang.training import runs
 from samelang.training.corpus import CorpusTrainingOptions
-from samelang.training.reader_data import ReadingExample, build_reading_examples, dev_questions
+from samelang.training.mining import MiningOptions, Retriever
+from samelang.training.reader_data import (
+    ReadingExample,
+    build_reading_examples,
+    dev_questions,
+    mined_no_answer_examples,
+)
+from samelang.training.relevance_first import mined_wrong_passages
 from samelang.training.trainer import Plan, epoch_batch, fit
 from samelang.training.user_data import UserDataOptions
 
 HEAD_MODULES = ["qa_outputs"]  # new in a converted bi-encoder: trained in full, saved with the adapter
 
 
-class ReaderArgs(runs.TrainerArgs, CorpusTrainingOptions, UserDataOptions):
+class ReaderArgs(runs.TrainerArgs, CorpusTrainingOptions, UserDataOptions, MiningOptions):
     """Options of ``samelang train reader`` (the shared ones in :class:`runs.TrainerArgs`)."""
 
     base: str | None = Field(
@@ -60,6 +67,11 @@ class ReaderArgs(runs.TrainerArgs, CorpusTrainingOptions, UserDataOptions):
         0.0, ge=0, le=1,
         description="Share of the XQuAD train questions also asked over their paragraph in another language (the "
         "answer spans in that language: /answer reads passages in any language)",
+    )  # fmt: skip
+    mined_negatives: float = Field(
+        0.0, ge=0, le=1,
+        description="Share of the XQuAD train questions also asked over the first passage the --mine-with retriever "
+        "ranks for them that does not answer them (any language: what /answer reads), labelled no answer",
     )  # fmt: skip
     stride: int = Field(128, ge=16, description="Tokens shared by consecutive windows of a long passage.")
     layers: int | None = Field(None, ge=1, le=48, description="Keep the first N transformer layers of the base.")
@@ -92,12 +104,18 @@ class ReaderArgs(runs.TrainerArgs, CorpusTrainingOptions, UserDataOptions):
             raise ValueError("--init continues a reader over its own base: drop --base")
         return self
 
-    def examples(self, langs: tuple[str, ...], dev: tuple[int, ...]) -> list[ReadingExample]:
+    def examples(self, langs: tuple[str, ...], dev: tuple[int, ...], log=print) -> list[ReadingExample]:
         """The run's training examples: XQuAD's train articles, the corpus (``--corpus``) and the user's
-        SQuAD file (``--data``; alone with ``--data-only``), deterministic under the seed."""
+        SQuAD file (``--data``; alone with ``--data-only``), deterministic under the seed; with
+        ``--mined-negatives``, the mining retriever's wrong passages (its list cached, shared with the
+        ranking trainers' ``--relevance-first`` groups over the same collection)."""
         views = self.training_views() if self.corpus and not self.data_only else None
+        mined = []
+        if self.mined_negatives > 0 and not self.data_only:
+            wrong = mined_wrong_passages(views, self.home, Retriever.parse(self.mine_with), langs, dev, log=log)
+            mined = mined_no_answer_examples(langs, self.mined_negatives, self.seed, wrong, exclude_articles=dev)
         return build_reading_examples(views, langs, dev, self.negatives, self.seed, self.user_squad(), self.data_only,
-                                      self.cross_language)  # fmt: skip
+                                      self.cross_language, mined)  # fmt: skip
 
 
 class ReaderModule(torch.nn.Module):
@@ -242,7 +260,7 @@ def train_reader(args: ReaderArgs, log=print) -> Path:
     dev = dev_articles(args.dev_n_articles)
     if args.calibrate_only:
         return recalibrate(args, langs, dev, log)
-    examples = args.examples(langs, dev)
+    examples = args.examples(langs, dev, log)
     module = ReaderModule(args, home).to(device)
     data = windows(module.tokenizer, examples, args.max_length, args.stride)
     log(f"reader: {len(examples)} examples ({sum(not e.answers for e in examples)} without an answer), "

@@ -9,13 +9,15 @@ articles, SQuAD dev or MLQA is in the store (the contamination filter, docs/data
 No-answer examples teach the reader to abstain: for a share of the questions (``negatives``), a
 passage of the same article or document that does not hold the answer, labelled "no answer".
 ``/answer`` reads passages the retriever ranked, and the one that ranks first is not always the
-one that answers.
+one that answers; so, for another share (``mined``), the passage a retriever ranks first among
+the wrong ones for that question, in any language: the distractor ``/answer`` really meets.
 """
 
 from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from samelang.corpora import load_xquad
@@ -79,6 +81,29 @@ def cross_language_examples(
     return out
 
 
+def mined_no_answer_examples(
+    langs: tuple[str, ...],
+    share: float,
+    seed: int,
+    wrong: Mapping[str, Sequence[str]],
+    exclude_articles: tuple[int, ...] = (),
+) -> list[ReadingExample]:
+    """For ``share`` of the XQuAD train questions (a seeded draw), the question over the first of its mined
+    wrong passages (``wrong["xquad-<lang>-<id>"]``, the retriever's rank order, any language) that holds
+    none of its answers, labelled no answer; a question with no such passage adds nothing."""
+    if share <= 0:
+        return []
+    rng, out = random.Random(f"reader-mined-{seed}"), []
+    for q in load_xquad(list(langs), split="train").questions:
+        if q.article in exclude_articles or rng.random() >= share:
+            continue
+        answers = tuple((a.text, a.start) for a in q.answers)
+        passage = next((t for t in wrong.get(f"xquad-{q.lang}-{q.id}", ()) if not _holds(t, answers)), None)
+        if passage is not None:
+            out.append(ReadingExample(q.text, passage, (), q.lang, "xquad:mined-negative"))
+    return out
+
+
 def with_negatives(examples: list[ReadingExample], others: list[list[str]], share: float, seed: int):
     """``examples`` plus, for ``share`` of them, the same question over another passage of
     ``others[i]`` (its article's or document's) that holds none of its answers, labelled no answer."""
@@ -100,12 +125,14 @@ def build_reading_examples(
     user: tuple[list[ReadingExample], list[list[str]]] = ([], []),
     alone: bool = False,
     cross_language: float = 0.0,
+    mined: Sequence[ReadingExample] = (),
 ) -> list[ReadingExample]:
     """The training examples, shuffled: XQuAD train articles but ``dev`` (not when ``alone``), the
     corpus's train rows with spans (``views``: None for none), the user's examples with their articles'
     other passages (``user``), and no-answer passages for ``negatives`` of the questions; with
-    ``cross_language``, that share of the XQuAD questions also over their paragraph in another language
-    (added after the no-answer passages are drawn: the draws of a run without them stay the same)."""
+    ``cross_language``, that share of the XQuAD questions also over their paragraph in another language,
+    and the ``mined`` no-answer examples (:func:`mined_no_answer_examples`); both added after the no-answer
+    passages are drawn: the draws of a run without them stay the same."""
     examples, others = ([], []) if alone else xquad_examples(langs, exclude_articles=dev)
     examples, others = examples + list(user[0]), others + list(user[1])
     if views is not None:
@@ -117,6 +144,7 @@ def build_reading_examples(
     out = with_negatives(examples, others, negatives, seed)
     if not alone:
         out += cross_language_examples(langs, cross_language, seed, exclude_articles=dev)
+        out += list(mined)
     random.Random(seed).shuffle(out)
     return out
 

@@ -23,15 +23,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from samelang.corpora import XQUAD_LANGS, check_langs, load_xquad
 from samelang.corpora.records import Document
 from samelang.corpora.views import Views
-from samelang.training.mining import MiningQuery, Retriever, mine_negatives
+from samelang.training.mining import MiningOptions, MiningQuery, Retriever, mine_negatives
 
 
-class RelevanceFirstOptions(BaseModel):
+class RelevanceFirstOptions(MiningOptions):
     """The groups' options, declared once for every trainer that ranks (a plain model: each trainer's
     settings class keeps its own ``SAMELANG_*`` prefix)."""
 
@@ -40,11 +40,6 @@ class RelevanceFirstOptions(BaseModel):
         description="Also learn relevance before language: a query against its answer in another language and the "
         "mining retriever's wrong passages in the query's own language (XQuAD train questions in every language; "
         "with the corpus also its ICT queries).",
-    )
-    mine_with: str = Field(
-        "served",
-        description="With --relevance-first: the retriever that mines the negatives: served (models/serving.json's), "
-        "a model (dense) or MODEL+bm25=W.",
     )
     relevance_batch: int = Field(
         16, ge=2, description="With --relevance-first: groups per step (the reranker's relevance stage: in its data)."
@@ -122,6 +117,26 @@ def _queries(views: Views | None, langs: tuple[str, ...], exclude_articles: tupl
         out += [MiningQuery(q.id, q.query, q.query_lang, q.passage) for q in views.ict
                 if q.split == "train" and q.query_lang in langs and q.positive_lang in langs]  # fmt: skip
     return out
+
+
+def mined_wrong_passages(
+    views: Views | None,
+    home: Path,
+    retriever: Retriever,
+    langs=XQUAD_LANGS,
+    exclude_articles: tuple[int, ...] = (),
+    depth: int = 20,
+    log: Callable[[str], None] = print,
+) -> dict[str, list[str]]:
+    """``"xquad-<lang>-<question id>" -> texts of the wrong passages`` the retriever ranks for each XQuAD train
+    question over the training collection, in rank order, any language. The very mining of the ranking
+    groups (:func:`build_ranking_groups`: the same queries, collection and cache), so that one mined list,
+    cached, serves every trainer that mines with one retriever."""
+    langs = check_langs(langs)
+    col = training_collection(views, langs, exclude_articles)
+    queries = _queries(views, langs, exclude_articles)
+    mined = mine_negatives(queries, col.docs, retriever, home, depth=depth, log=log)
+    return {q.id: [col.text[d] for d in mined.get(q.id, [])] for q in queries if q.id.startswith("xquad-")}
 
 
 def build_ranking_groups(

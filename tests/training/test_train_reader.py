@@ -5,6 +5,7 @@ and reads exactly as the trained module does."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -237,3 +238,58 @@ def test_cross_language_examples_ask_in_one_language_and_answer_from_anothers_pa
     assert all(ex.context not in paragraph_langs[ex.lang] for ex in out)  # always another language's paragraph
     assert cross_language_examples(("en", "zh"), 0.0, seed=0) == []
     assert cross_language_examples(("en", "zh", "de"), 0.5, seed=0, exclude_articles=dev) == out  # seeded
+
+
+def test_mined_no_answer_examples_take_the_first_mined_passage_without_the_answer():
+    """Each drawn question is asked over the first passage the retriever ranked for it that holds none of its
+    answers (a passage that holds one is passed over), labelled no answer; the draw is seeded."""
+    from samelang.corpora import load_xquad
+    from samelang.training.reader_data import mined_no_answer_examples
+
+    dev = dev_articles(3)
+    x = load_xquad(["en", "zh"], split="train")
+    texts = {(p.lang, p.group): p.text for p in x.paragraphs}
+    other = {q.lang: texts[(q.lang, q.group)] for q in x.questions if q.article == 0}  # a paragraph of article 0
+    # the "retriever" ranks the gold paragraph first (it holds the answer), then a paragraph of article 0
+    wrong = {f"xquad-{q.lang}-{q.id}": [texts[(q.lang, q.group)], other["zh" if q.lang == "en" else "en"]]
+             for q in x.questions}  # fmt: skip
+    out = mined_no_answer_examples(("en", "zh"), 0.5, 0, wrong, exclude_articles=dev)
+    asked = [q for q in x.questions if q.article not in dev]
+    assert 0.4 < len(out) / len(asked) < 0.6
+    questions = {(q.lang, q.text): q for q in asked}
+    for ex in out:
+        q = questions[(ex.lang, ex.question)]
+        assert ex.answers == () and ex.source == "xquad:mined-negative"
+        assert ex.context == other["zh" if q.lang == "en" else "en"]  # the second: the first held the answer
+    assert mined_no_answer_examples(("en", "zh"), 0.5, 0, wrong, exclude_articles=dev) == out
+    assert mined_no_answer_examples(("en", "zh"), 0.0, 0, wrong) == []
+    assert mined_no_answer_examples(("en", "zh"), 1.0, 0, {}) == []  # nothing mined, nothing added
+
+
+def test_the_reader_mines_with_the_ranking_groups_list_and_adds_nothing_else(tmp_path, monkeypatch):
+    """``--mined-negatives``: the mining retriever searched with the very queries and collection of the
+    ranking groups (one cached list serves both); without it the examples are those of before."""
+    from samelang.training import relevance_first
+    from samelang.training.mining import Retriever
+    from samelang.training.reader import ReaderArgs
+
+    calls = []
+
+    def fake_mine(queries, docs, retriever, home, depth, log):
+        calls.append(([q.id for q in queries], [d.id for d in docs], retriever))
+        by_lang = {}
+        for d in docs:
+            by_lang.setdefault(d.lang, []).append(d)
+        return {q.id: [d.id for d in by_lang[q.lang] if d.metadata["key"] != q.key][:2] for q in queries}
+
+    monkeypatch.setattr(relevance_first, "mine_negatives", fake_mine)
+    dev, langs = dev_articles(3), ("en", "zh")
+    args = dict(out=tmp_path / "r", corpus=False, langs="en,zh", home=tmp_path, mine_with="base+bm25=0.1")
+    before = ReaderArgs(**args).examples(langs, dev)
+    assert calls == []
+    mined = ReaderArgs(**args, mined_negatives=0.5).examples(langs, dev, log=lambda *a: None)
+    assert Counter(e for e in mined if e.source != "xquad:mined-negative") == Counter(before)  # the same draws
+    added = [e for e in mined if e.source == "xquad:mined-negative"]
+    assert added and all(e.answers == () for e in added)
+    relevance_first.build_ranking_groups(None, tmp_path, Retriever("base", 0.1), langs=langs, exclude_articles=dev)
+    assert calls[0][:2] == calls[1][:2] and calls[0][2] == Retriever("base", 0.1)
