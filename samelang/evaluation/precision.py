@@ -126,7 +126,6 @@ def reader_row(reader: ExtractiveReader, questions: list, repeats: int = 3) -> d
     f1 = [answer_f1(a.text if a else None, g, lang) for a, (_, lang, g, _) in zip(answers, questions)]
     em = [exact_match(a.text if a else None, g, lang) for a, (_, lang, g, _) in zip(answers, questions)]
     timed = [(q, passages) for q, lang, _, passages in questions if lang == "en"][:READER_SPEED_QUESTIONS]
-    reader.spans(*timed[0])  # warm-up
     one = statistics.median(median_time(lambda q=q, p=p: reader.spans(q, p), repeats) for q, p in timed)
     described = reader.describe()
     return {
