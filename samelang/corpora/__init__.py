@@ -13,10 +13,19 @@ from samelang.corpora.records import (
     Split,
 )
 from samelang.corpora.tatoeba import TATOEBA_CODES, load_tatoeba
-from samelang.corpora.xquad import XQUAD_LANGS, XQuAD, check_langs, dev_articles, load_split, load_xquad, split_articles
+from samelang.corpora.xquad import (
+    XQUAD_LANGS,
+    XQuAD,
+    check_langs,
+    dev_articles,
+    dev_reading,
+    load_split,
+    load_xquad,
+    split_articles,
+)
 
 __all__ = [
     "Answer", "CorpusFormatError", "Document", "LabelledQuery", "Paragraph", "Question", "SPLITS",
-    "SentencePair", "Split", "TATOEBA_CODES", "XQUAD_LANGS", "XQuAD", "check_langs", "dev_articles",
+    "SentencePair", "Split", "TATOEBA_CODES", "XQUAD_LANGS", "XQuAD", "check_langs", "dev_articles", "dev_reading",
     "load_documents_jsonl", "load_labelled_queries_jsonl", "load_split", "load_tatoeba", "load_xquad", "split_articles",
 ]  # fmt: skip

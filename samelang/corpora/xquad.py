@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import lzma
+import random
+from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -114,3 +116,37 @@ def load_xquad(langs=None, split: Split = "all") -> XQuAD:
 def dev_articles(n: int = 3) -> tuple[int, ...]:
     """The last ``n`` train articles: the dev slice (train split, held out of training)."""
     return tuple(sorted(load_split()["train_articles"])[-n:]) if n else ()
+
+
+def dev_reading(
+    langs=None,
+    articles: tuple[int, ...] | None = None,
+    per_lang: int | None = None,
+    distractors: int = 2,
+    seed: int = 0,
+) -> list[tuple[Question, str, tuple[str, ...]]]:
+    """``(question, its gold paragraph, distractors)`` for the dev articles' questions (the first ``per_lang``
+    per language, XQuAD's order), each with ``distractors`` other paragraphs of its article that hold none of
+    its answers (a sample seeded once for the whole list). One list for every reader check on dev: the
+    trainer's threshold calibration reads the gold with the first distractor (as ``/answer`` reads two
+    passages), and ``samelang eval precision --reader`` reads the very same pairs, so its fp32 row repeats
+    the trainer's dev F1."""
+    articles = dev_articles() if articles is None else articles
+    x = load_xquad(langs, split="train")
+    text = {(p.lang, p.group): p.text for p in x.paragraphs}
+    by_article: dict[tuple[str, int], list[str]] = {}
+    for p in x.paragraphs:
+        by_article.setdefault((p.lang, p.article), []).append(p.text)
+    rng, counts, out = random.Random(seed), Counter(), []
+    for q in x.questions:
+        if q.article not in articles or (per_lang is not None and counts[q.lang] >= per_lang):
+            continue
+        counts[q.lang] += 1
+        gold = text[(q.lang, q.group)]
+        pool = [c for c in by_article[(q.lang, q.article)] if c != gold and not _holds(c, q.answers)]
+        out.append((q, gold, tuple(rng.sample(pool, min(distractors, len(pool))))))
+    return out
+
+
+def _holds(context: str, answers: tuple[Answer, ...]) -> bool:
+    return any(a.text and a.text in context for a in answers)

@@ -31,7 +31,7 @@ from samelang.core.models.reader import ExtractiveReader
 from samelang.core.options import StrList
 from samelang.core.runtime.precision import EngineOptions, cpu_has_bf16, cpu_model, cpu_summary, precision_device
 from samelang.core.settings import settings
-from samelang.corpora import XQUAD_LANGS, dev_articles, load_xquad
+from samelang.corpora import XQUAD_LANGS, dev_articles, dev_reading, load_xquad
 from samelang.evaluation import reranker as ev
 from samelang.evaluation.biencoder import embed_xquad, evaluate
 from samelang.evaluation.common import EvalOptions, Report
@@ -97,26 +97,14 @@ def reranker_row(reranker, result: dict, repeats: int = 3) -> dict:
 def reader_questions(per_lang: int) -> list[tuple[str, str, list[str], list[str]]]:
     """``(question, language, gold answers, passages)`` of the dev articles' first ``per_lang`` questions
     per language (the train articles held out of every training run: see ``dev_articles``), each with
-    the two passages ``/answer`` reads: its gold paragraph, then the next paragraph of its article that
-    holds none of its answers (the retriever ranks the gold first mostly; the reader must still pick)."""
-    data = load_xquad(list(XQUAD_LANGS), split="train")
-    dev = set(dev_articles())
-    article: dict[tuple[str, int], list] = {}  # (language, article) -> its paragraphs in order
-    for p in data.paragraphs:
-        if p.article in dev:
-            article.setdefault((p.lang, p.article), []).append(p)
-    out, counts = [], dict.fromkeys(XQUAD_LANGS, 0)
-    for q in data.questions:
-        if q.article not in dev or counts[q.lang] >= per_lang:
-            continue
-        paragraphs = article[(q.lang, q.article)]
-        at = next(i for i, p in enumerate(paragraphs) if p.group == q.group)
-        golds = [a.text for a in q.answers]
-        others = (p.text for p in paragraphs[at + 1 :] + paragraphs[:at] if not any(g in p.text for g in golds))
-        other = next(others, None)
-        out.append((q.text, q.lang, golds, [paragraphs[at].text] + ([other] if other else [])))
-        counts[q.lang] += 1
-    return out
+    the two passages ``/answer`` reads: its gold paragraph, then another of its article that holds none
+    of its answers (the retriever ranks the gold first mostly; the reader must still pick). The very
+    pairs the reader's trainer calibrates on (:func:`samelang.corpora.dev_reading`), so that the fp32
+    row repeats the trainer's dev F1 at the same ``per_lang``."""
+    return [
+        (q.text, q.lang, [a.text for a in q.answers], [gold, *others[:1]])
+        for q, gold, others in dev_reading(XQUAD_LANGS, dev_articles(), per_lang, distractors=2)
+    ]
 
 
 def reader_row(reader: ExtractiveReader, questions: list, repeats: int = 3) -> dict:

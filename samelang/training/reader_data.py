@@ -16,11 +16,10 @@ the wrong ones for that question, in any language: the distractor ``/answer`` re
 from __future__ import annotations
 
 import random
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from samelang.corpora import load_xquad
+from samelang.corpora import dev_reading, load_xquad
 from samelang.corpora.views import Views
 
 
@@ -154,13 +153,9 @@ def dev_questions(
 ) -> list[tuple[ReadingExample, tuple[str, ...]]]:
     """The dev articles' questions over their gold paragraph (the first ``per_lang`` per language),
     each with ``distractors`` other paragraphs of its article that hold none of its answers (a fixed
-    sample): what the reader's threshold is calibrated on, as ``/answer`` reads several passages."""
-    answered, others = xquad_examples(langs, articles=dev)
-    rng, counts, out = random.Random(seed), Counter(), []
-    for ex, pool in zip(answered, others, strict=True):
-        if per_lang is not None and counts[ex.lang] >= per_lang:
-            continue
-        counts[ex.lang] += 1
-        pool = [c for c in pool if c != ex.context and not _holds(c, ex.answers)]
-        out.append((ex, tuple(rng.sample(pool, min(distractors, len(pool))))))
-    return out
+    sample, :func:`samelang.corpora.dev_reading`): what the reader's threshold is calibrated on, as
+    ``/answer`` reads several passages."""
+    return [
+        (ReadingExample(q.text, gold, tuple((a.text, a.start) for a in q.answers), q.lang, "xquad"), others)
+        for q, gold, others in dev_reading(langs, dev, per_lang, distractors, seed)
+    ]

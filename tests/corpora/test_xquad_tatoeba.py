@@ -10,6 +10,8 @@ import pytest
 from samelang.corpora import (
     XQUAD_LANGS,
     CorpusFormatError,
+    dev_articles,
+    dev_reading,
     load_documents_jsonl,
     load_labelled_queries_jsonl,
     load_split,
@@ -64,6 +66,28 @@ def test_bom_is_stripped_and_answer_offsets_shift_with_it(lang):
             assert text[q.group][a.start : a.start + len(a.text)] == a.text, (lang, q.id)
             checked += q.group in raw_bom
     assert checked > 0 or not raw_bom
+
+
+def test_dev_reading_is_the_dev_articles_questions_with_fixed_distractors():
+    """One list for every reader check on dev: only the dev articles (never a test one), the first
+    ``per_lang`` per language, the gold paragraph holding an answer, distractors of the same article holding
+    none, and the same sample on every call (the trainer's threshold and the precision check agree)."""
+    dev = dev_articles()
+    rows = dev_reading(("en", "zh"), dev, per_lang=7, distractors=2)
+    assert Counter(q.lang for q, _, _ in rows) == {"en": 7, "zh": 7}
+    test = set(load_split()["test_articles"])
+    paragraphs = {(p.lang, p.article): set() for p in load_xquad(["en", "zh"], split="train").paragraphs}
+    for p in load_xquad(["en", "zh"], split="train").paragraphs:
+        paragraphs[(p.lang, p.article)].add(p.text)
+    for q, gold, others in rows:
+        assert q.article in dev and q.article not in test
+        assert any(a.text in gold for a in q.answers)
+        assert len(others) <= 2 and gold not in others
+        assert all(o in paragraphs[(q.lang, q.article)] for o in others)
+        assert not any(a.text in o for a in q.answers for o in others)
+    assert sum(len(o) == 2 for *_, o in rows) >= 10  # fewer only where the article has no other paragraph left
+    assert rows == dev_reading(("en", "zh"), dev, per_lang=7, distractors=2)
+    assert rows != dev_reading(("en", "zh"), dev, per_lang=7, distractors=2, seed=1)
 
 
 def test_tatoeba_pairs():

@@ -70,6 +70,11 @@ def test_the_reader_is_read_on_the_dev_articles_as_answer_reads():
         assert any(g in passages[0] for g in golds)
         assert len(passages) <= 2 and not any(g in p for g in golds for p in passages[1:])
     assert sum(len(p) == 2 for *_, p in asked) >= 50
+    from samelang.corpora import XQUAD_LANGS
+    from samelang.training.reader_data import dev_questions
+
+    calibrated = dev_questions(XQUAD_LANGS, dev_articles(), per_lang=5)  # the trainer's calibration pairs
+    assert [(q, p) for q, _, _, p in asked] == [(ex.question, [ex.context, *o[:1]]) for ex, o in calibrated]
 
 
 def test_the_reader_gets_its_own_precision_record(tmp_path, tiny_reader, samelang_home):
