@@ -10,6 +10,7 @@ import os
 import random
 import shutil
 import time
+from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
@@ -152,11 +153,19 @@ def replace_contents(src: Path, dst: Path) -> None:
     src.rmdir()
 
 
+@lru_cache(maxsize=1)
+def machine() -> str:
+    """Where this process trains: the GPU's name, else :func:`cpu_summary` (the CPU and its speed flags)."""
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else cpu_summary()
+
+
 def run_timing(history: list, seconds: float) -> dict:
     """The training time of a run that may have been resumed (each step's ``seconds`` in the history;
     steps recorded before steps were timed count at the median of the timed ones, and are counted),
     its steps/s, and the CPU or GPU it ran on. ``seconds``: this process's wall time, the total when
-    no step is timed."""
+    no step is timed. A run resumed on another machine (each step records its machine, ``on``) has one
+    ``segments`` entry per machine in step order: its steps and median seconds a step, the number that
+    compares machines (a step's wall time also holds any pause of the process)."""
 
     timed = [h["seconds"] for h in history if "seconds" in h]
     untimed = len(history) - len(timed)
@@ -164,11 +173,23 @@ def run_timing(history: list, seconds: float) -> dict:
         total = sum(timed) + untimed * float(np.median(timed))
     else:
         total = seconds
-    where = torch.cuda.get_device_name(0) if torch.cuda.is_available() else cpu_summary()
     out = {"train_seconds": round(total, 1), "steps_per_s": round(len(history) / max(total, 1e-9), 4),
-           "trained_on": where}  # fmt: skip
+           "trained_on": machine()}  # fmt: skip
     if timed and untimed:
         out["untimed_steps"] = untimed  # their time is the timed steps' median
+    segments: list[dict] = []
+    for h in history:
+        if "on" not in h:
+            continue
+        if not segments or segments[-1]["on"] != h["on"]:
+            segments.append({"on": h["on"], "first": h["step"], "last": h["step"], "seconds": []})
+        segments[-1]["last"] = h["step"]
+        segments[-1]["seconds"].append(h.get("seconds", float("nan")))
+    if len(segments) > 1:
+        out["segments"] = [
+            {"on": g["on"], "steps": [g["first"], g["last"]], "median_step_s": round(float(np.median(g["seconds"])), 3)}
+            for g in segments
+        ]
     return out
 
 
@@ -208,10 +229,16 @@ def write_run_files(
 
 
 def timing_line(training_args: dict) -> str:
-    """The model card's words for :func:`run_timing`: time, steps/s and where."""
+    """The model card's words for :func:`run_timing`: time, steps/s and where (each machine with its
+    steps and median seconds a step, when the run moved between machines)."""
     t = training_args
     rate = f", {t['steps_per_s']:.3f} steps/s" if t.get("steps_per_s") else ""
     where = f" on {t['trained_on']}" if t.get("trained_on") else ""
+    if t.get("segments"):
+        where = " on " + ", then ".join(
+            f"{g['on']} (steps {g['steps'][0]}-{g['steps'][1]}, median {g['median_step_s']:.1f} s a step)"
+            for g in t["segments"]
+        )
     est = (
         f" ({t['untimed_steps']} steps before timing was recorded counted at the median)"
         if t.get("untimed_steps")

@@ -98,6 +98,7 @@ def optimiser_step(parts: dict, params, opt, sched, step: int, started: float | 
     rec = {"step": step, **{k: float(v.item()) for k, v in parts.items()}, "lr": sched.get_last_lr()[0]}
     if started is not None:
         rec["seconds"] = round(time.perf_counter() - started, 3)
+        rec["on"] = runs.machine()  # a run resumed elsewhere keeps each machine's steps apart (runs.run_timing)
     return rec
 
 
@@ -159,7 +160,7 @@ def fit(module, args, total: int, device: torch.device, plan: Plan, log=print):
         step += 1
         rec = optimiser_step(parts, params, opt, sched, step, started)
         bar.update(1)
-        bar.set_postfix({k: f"{v:.4f}" for k, v in rec.items() if k not in ("step", "lr", "seconds")})
+        bar.set_postfix({k: f"{v:.4f}" for k, v in rec.items() if k not in ("step", "lr", "seconds", "on")})
         for evaluator in plan.evaluators if rank == 0 else ():
             if evaluator.due(step, total):
                 with runs.autocast(device, args.precision):

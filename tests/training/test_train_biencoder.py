@@ -26,6 +26,7 @@ def test_two_step_smoke_run_changes_the_weights(tmp_path, base_model_path):
     # every step's wall time is kept, so a resumed run knows its whole training time
     assert targs["train_seconds"] == pytest.approx(sum(h["seconds"] for h in history), abs=0.1)
     assert targs["steps"] == 2 and targs["steps_per_s"] > 0 and "[" in targs["trained_on"]
+    assert {h["on"] for h in history} == {targs["trained_on"]}  # each step's machine: a resumed run keeps them apart
     manifest = json.loads((out / "samelang_manifest.json").read_text())
     assert manifest["kind"] == "lora-adapter" and manifest["adapter_sha256"]
     assert "samelang train biencoder" in (out / "README.md").read_text()
@@ -98,6 +99,27 @@ def test_run_timing_counts_steps_recorded_before_timing_at_the_median():
     assert t["steps_per_s"] == pytest.approx(4 / 12.0, abs=1e-4)
     assert "1 steps before timing" in timing_line(t)
     assert run_timing([{"step": 1}], seconds=5.0)["train_seconds"] == 5.0  # nothing timed: this process's time
+    assert "segments" not in t
+
+
+def test_run_timing_keeps_the_machines_of_a_resumed_run_apart():
+    """A run resumed on another machine: each machine's steps and median seconds a step (a paused
+    step does not move the median), in step order, and the card says both."""
+    from samelang.training.runs import run_timing, timing_line
+
+    slow, fast = "AMD EPYC [avx2]", "AMD EPYC [avx2 avx512f avx512_bf16]"
+    history = [{"step": i, "seconds": 10.0, "on": slow} for i in range(1, 4)]
+    history += [{"step": 4, "seconds": 900.0, "on": slow}]  # paused mid-step (SIGSTOP)
+    history += [{"step": i, "seconds": 4.0, "on": fast} for i in range(5, 7)]
+    t = run_timing(history, seconds=1.0)
+    assert t["train_seconds"] == pytest.approx(938.0)
+    assert t["segments"] == [
+        {"on": slow, "steps": [1, 4], "median_step_s": 10.0},
+        {"on": fast, "steps": [5, 6], "median_step_s": 4.0},
+    ]
+    line = timing_line(t)
+    assert f"on {slow} (steps 1-4, median 10.0 s a step), then {fast} (steps 5-6, median 4.0 s a step)" in line
+    assert "segments" not in run_timing(history[4:], seconds=1.0)  # one machine: the plain line
 
 
 def test_the_corpus_views_add_their_three_terms(tmp_path, base_model_path, fake_corpus_store):
