@@ -17,10 +17,11 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import Literal
 
 import httpx
 import numpy as np
-from pydantic import Field
+from pydantic import Field, model_validator
 from tqdm.auto import tqdm
 
 from samelang.core.catalogue import SERVED_DEFAULTS, default_reader, served_defaults
@@ -29,7 +30,7 @@ from samelang.core.model_folder import replace_section, write_card_section
 from samelang.core.models.reader import ExtractiveReader
 from samelang.core.options import StrList
 from samelang.core.runtime.precision import cpu_summary
-from samelang.corpora import XQUAD_LANGS, load_xquad
+from samelang.corpora import XQUAD_LANGS, dev_articles, load_xquad
 from samelang.evaluation.cached_models import bootstrap_ci
 from samelang.evaluation.collection_shapes import ShapeJudge
 from samelang.evaluation.common import EvalOptions, Report
@@ -46,7 +47,12 @@ class AnswerEvalOptions(EvalOptions):
     """Options of ``samelang eval answer``."""
 
     reader: str | None = Field(None, description="Extractive reader folder (default: the shipped one).")
-    per_lang: int = Field(24, ge=1, le=374, description="Test questions per language (fixed positions).")
+    split: Literal["test", "dev"] = Field(
+        "test",
+        description="test: the held-out test articles (what is reported); dev: the dev articles' questions over the "
+        "train articles' shapes (held out of every training run: what chooses a reader, as the judge chooses)",
+    )  # fmt: skip
+    per_lang: int = Field(24, ge=1, le=374, description="Questions per language (fixed positions).")
     shapes: StrList = Field(default_factory=lambda: ["parallel", "partial"], description="Collection shapes.")
     generator: bool = Field(True, description="Also the embedded generator's row on the same questions.")
     card: bool = Field(
@@ -55,6 +61,12 @@ class AnswerEvalOptions(EvalOptions):
     )  # fmt: skip
     tiny: bool = Field(False, description="A few paragraphs and questions (seconds): checks that it runs.")
     out: Path = Field(Path("runs/eval-answer"), description="Folder for results.json and results.md.")
+
+    @model_validator(mode="after")
+    def _card_is_the_test_table(self) -> AnswerEvalOptions:
+        if self.card and self.split != "test":
+            raise ValueError("split: --card writes the test articles' table; choose on --split dev with --no-card")
+        return self
 
 
 def _position_key(i: int) -> bytes:
@@ -118,7 +130,10 @@ class AnswerEvaluation:
         if self.reader_path is None:
             raise ValueError("no extractive reader: pass --reader DIR (train one with `samelang train reader`)")
         tiny = dict(max_paragraphs=3, max_questions=2, memo=False) if options.tiny else {}
-        self.judge = ShapeJudge(options.home, split="test", shapes=tuple(options.shapes), log=log, **tiny)
+        # dev: the dev articles' questions over the train split's pools (a tiny run's few paragraphs hold none)
+        where = dict(split="train", articles=None if options.tiny else dev_articles()) if options.split == "dev" else {}
+        self.judge = ShapeJudge(options.home, shapes=tuple(options.shapes), log=log, **{"split": "test", **where},
+                                **tiny)  # fmt: skip
         self.which = asked(self.judge, options.per_lang)
         self.queries = [self.judge.queries[i] for i in self.which]
         self.golds = gold_answers()
@@ -225,10 +240,12 @@ def run_answer_evaluation(options: AnswerEvalOptions, doc: Path, log=print) -> R
     results = ev.run()
     minutes = (time.perf_counter() - t0) / 60
     command = "samelang eval answer" + " --tiny" * options.tiny + " --card" * options.card
+    command += " --split dev" * (options.split == "dev")
     if options.per_lang != AnswerEvalOptions.model_fields["per_lang"].default:
         command += f" --per-lang {options.per_lang}"
     runs = ev.reader_runs or {"backend": "?", "precision": "?"}
-    how = (f"XQuAD test articles, {len(ev.queries)} questions ({options.per_lang} fixed positions x "
+    articles = "test articles" if options.split == "test" else "dev articles (over the train articles' shapes)"
+    how = (f"XQuAD {articles}, {len(ev.queries)} questions ({options.per_lang} fixed positions x "
            f"{len(ev.queries) // max(1, options.per_lang)} languages), each shape served as `samelang serve` serves it "
            f"({ev.row.name}; reader `{ev.reader_path.name}`, {runs['backend']} {runs['precision']}) and asked through "
            "HTTP `POST /answer`; F1/EM against the "

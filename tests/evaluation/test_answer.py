@@ -67,3 +67,19 @@ def test_a_tiny_run_answers_over_http_on_each_shape(tiny_reader, samelang_home, 
             assert r["n"] == 2 * 12 and len(r["f1_per_lang"]) == 12
     assert rows["parallel: extractive"]["p50_ms"] > 0 and "p50_ms" not in rows["gold paragraph (reader alone)"]
     assert "POST /answer" in report.table and "| partial: extractive |" in report.table
+
+
+def test_the_dev_split_asks_the_dev_articles_questions_and_writes_no_card(tiny_reader, samelang_home):
+    """``--split dev`` chooses a reader as the judge chooses a row: the dev articles' questions (held out of
+    every training run, never a test article) over the train split's shapes; the card is the test table's."""
+    from samelang.corpora import dev_articles, load_split
+
+    ev = A.AnswerEvaluation(A.AnswerEvalOptions(reader=str(tiny_reader), split="dev", home=samelang_home))
+    articles = {int(q.group.split("-")[1]) for q in ev.queries}
+    assert ev.judge.split == "train" and articles <= set(dev_articles()) and len(articles) > 1
+    assert not articles & set(load_split()["test_articles"])
+    assert len(ev.queries) == 24 * 12 and {q.lang for q in ev.queries} == set(A.XQUAD_LANGS)
+    test = A.AnswerEvaluation(A.AnswerEvalOptions(reader=str(tiny_reader), home=samelang_home))
+    assert {int(q.group.split("-")[1]) for q in test.queries} <= set(load_split()["test_articles"])
+    with pytest.raises(ValueError, match="split: --card writes the test articles' table"):
+        A.AnswerEvalOptions(split="dev", card=True)
