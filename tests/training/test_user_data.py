@@ -181,7 +181,8 @@ def test_the_biencoder_trains_on_the_users_pairs_alone(tmp_path, base_model_path
     said = []
     train_biencoder(args, log=said.append)
     history = json.loads((out / "history.json").read_text())
-    assert [sorted(k for k in h if k not in ("step", "lr", "seconds", "on")) for h in history] == [["loss", "nce_data"]] * 2
+    terms = [sorted(k for k in h if k not in ("step", "lr", "seconds", "on")) for h in history]
+    assert terms == [["loss", "nce_data"]] * 2
     assert all(h["nce_data"] > 0 for h in history)
     record = json.loads((out / "training_args.json").read_text())
     assert record["n_pairs"] == 4 and record["n_triplets"] == 0 and "--data-only" in (out / "README.md").read_text()
