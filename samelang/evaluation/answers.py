@@ -131,8 +131,10 @@ class AnswerEvaluation:
             raise ValueError("no extractive reader: pass --reader DIR (train one with `samelang train reader`)")
         tiny = dict(max_paragraphs=3, max_questions=2, memo=False) if options.tiny else {}
         # dev: the dev articles' questions over the train split's pools (a tiny run's few paragraphs hold none)
-        where = dict(split="train", articles=None if options.tiny else dev_articles()) if options.split == "dev" else {}
-        self.judge = ShapeJudge(options.home, shapes=tuple(options.shapes), log=log, **{"split": "test", **where},
+        split, articles = ("test", None)
+        if options.split == "dev":
+            split, articles = "train", None if options.tiny else dev_articles()
+        self.judge = ShapeJudge(options.home, split=split, articles=articles, shapes=tuple(options.shapes), log=log,
                                 **tiny)  # fmt: skip
         self.which = asked(self.judge, options.per_lang)
         self.queries = [self.judge.queries[i] for i in self.which]

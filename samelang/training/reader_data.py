@@ -37,10 +37,10 @@ def _holds(context: str, answers) -> bool:
 
 
 def xquad_examples(
-    langs: tuple[str, ...], articles: tuple[int, ...] = (), exclude_articles: tuple[int, ...] = ()
+    langs: tuple[str, ...], exclude_articles: tuple[int, ...] = ()
 ) -> tuple[list[ReadingExample], list[list[str]]]:
-    """XQuAD train-split questions over their own language's paragraph (``articles``: only these;
-    ``exclude_articles``: not these), and for each the other paragraphs of its article."""
+    """XQuAD train-split questions over their own language's paragraph (``exclude_articles``: not these),
+    and for each the other paragraphs of its article."""
     x = load_xquad(list(langs), split="train")
     text = {(p.lang, p.group): p.text for p in x.paragraphs}
     by_article: dict[tuple[str, int], list[str]] = {}
@@ -48,7 +48,7 @@ def xquad_examples(
         by_article.setdefault((p.lang, p.article), []).append(p.text)
     examples, others = [], []
     for q in x.questions:
-        if q.article in exclude_articles or (articles and q.article not in articles):
+        if q.article in exclude_articles:
             continue
         examples.append(ReadingExample(q.text, text[(q.lang, q.group)], tuple((a.text, a.start) for a in q.answers),
                                        q.lang, "xquad"))  # fmt: skip

@@ -11,6 +11,7 @@ import random
 import shutil
 import time
 from functools import lru_cache
+from itertools import groupby
 from pathlib import Path
 from typing import Literal
 
@@ -177,19 +178,13 @@ def run_timing(history: list, seconds: float) -> dict:
            "trained_on": machine()}  # fmt: skip
     if timed and untimed:
         out["untimed_steps"] = untimed  # their time is the timed steps' median
-    segments: list[dict] = []
-    for h in history:
-        if "on" not in h:
-            continue
-        if not segments or segments[-1]["on"] != h["on"]:
-            segments.append({"on": h["on"], "first": h["step"], "last": h["step"], "seconds": []})
-        segments[-1]["last"] = h["step"]
-        segments[-1]["seconds"].append(h.get("seconds", float("nan")))
+    segments = [list(g) for _, g in groupby((h for h in history if "on" in h), key=lambda h: h["on"])]
     if len(segments) > 1:
         out["segments"] = [
-            {"on": g["on"], "steps": [g["first"], g["last"]], "median_step_s": round(float(np.median(g["seconds"])), 3)}
+            {"on": g[0]["on"], "steps": [g[0]["step"], g[-1]["step"]],
+             "median_step_s": round(float(np.median([h["seconds"] for h in g])), 3)}
             for g in segments
-        ]
+        ]  # fmt: skip
     return out
 
 
