@@ -164,9 +164,10 @@ def run_timing(history: list, seconds: float) -> dict:
     """The training time of a run that may have been resumed (each step's ``seconds`` in the history;
     steps recorded before steps were timed count at the median of the timed ones, and are counted),
     its steps/s, and the CPU or GPU it ran on. ``seconds``: this process's wall time, the total when
-    no step is timed. A run resumed on another machine (each step records its machine, ``on``) has one
-    ``segments`` entry per machine in step order: its steps and median seconds a step, the number that
-    compares machines (a step's wall time also holds any pause of the process)."""
+    no step is timed. ``median_step_s``: the median seconds a step, the rate a process stopped and
+    continued does not distort (its pause lands in one step's wall time, and so in the total). A run
+    resumed on another machine (each step records its machine, ``on``) has one ``segments`` entry per
+    machine in step order: its steps and median seconds a step, the number that compares machines."""
 
     timed = [h["seconds"] for h in history if "seconds" in h]
     untimed = len(history) - len(timed)
@@ -176,6 +177,8 @@ def run_timing(history: list, seconds: float) -> dict:
         total = seconds
     out = {"train_seconds": round(total, 1), "steps_per_s": round(len(history) / max(total, 1e-9), 4),
            "trained_on": machine()}  # fmt: skip
+    if timed:
+        out["median_step_s"] = round(float(np.median(timed)), 3)  # unlike the total, blind to a paused process
     if timed and untimed:
         out["untimed_steps"] = untimed  # their time is the timed steps' median
     segments = [list(g) for _, g in groupby((h for h in history if "on" in h), key=lambda h: h["on"])]
@@ -229,6 +232,8 @@ def timing_line(training_args: dict) -> str:
     t = training_args
     rate = f", {t['steps_per_s']:.3f} steps/s" if t.get("steps_per_s") else ""
     where = f" on {t['trained_on']}" if t.get("trained_on") else ""
+    if t.get("median_step_s") and where:
+        where += f" (median {t['median_step_s']:.1f} s a step)"
     if t.get("segments"):
         where = " on " + ", then ".join(
             f"{g['on']} (steps {g['steps'][0]}-{g['steps'][1]}, median {g['median_step_s']:.1f} s a step)"

@@ -98,6 +98,7 @@ def test_run_timing_counts_steps_recorded_before_timing_at_the_median():
     assert t["train_seconds"] == pytest.approx(12.0) and t["untimed_steps"] == 1
     assert t["steps_per_s"] == pytest.approx(4 / 12.0, abs=1e-4)
     assert "1 steps before timing" in timing_line(t)
+    assert t["median_step_s"] == 3.0 and "(median 3.0 s a step)" in timing_line(t)  # a pause does not move it
     assert run_timing([{"step": 1}], seconds=5.0)["train_seconds"] == 5.0  # nothing timed: this process's time
     assert "segments" not in t
 
