@@ -23,7 +23,7 @@ from samelang.indexes.writes import build_index
 
 ALIGNED_BIENCODER = REPO_MODELS / "e5-small-aligned"
 LAMAR_RERANKER = REPO_MODELS / "lamar-e5-small"
-READER = REPO_MODELS / "reader-e5-small"  # the shipped extractive reader (samelang train reader)
+READER = REPO_MODELS / "reader-e5-small-v3"  # the shipped extractive reader (samelang train reader; its card)
 NONE = "none"
 COSINE = "cosine"  # --reranker cosine: rerank by the served bi-encoder's cosine
 BASE = "base"  # the converted multilingual-e5-small

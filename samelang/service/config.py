@@ -85,7 +85,7 @@ class ServiceSettings(Limits, StoreOptions):
     reader: str | None = Field(
         None,
         description="extractive reader folder (a models/ name or a path) for /answer's extractive mode, or 'none' "
-        "(default: the shipped models/reader-e5-small when present)",
+        "(default: the shipped models/reader-e5-small-v3 when present)",
     )
     answer_mode: Literal["extractive", "generative"] | None = Field(
         None,
