@@ -227,18 +227,20 @@ def write_run_files(
 
 
 def timing_line(training_args: dict) -> str:
-    """The model card's words for :func:`run_timing`: time, steps/s and where (each machine with its
-    steps and median seconds a step, when the run moved between machines)."""
+    """The model card's words for :func:`run_timing`: time, steps/s and where, with the median seconds
+    a step (each machine with its steps and its own median, when the run moved between machines)."""
     t = training_args
     rate = f", {t['steps_per_s']:.3f} steps/s" if t.get("steps_per_s") else ""
-    where = f" on {t['trained_on']}" if t.get("trained_on") else ""
-    if t.get("median_step_s") and where:
-        where += f" (median {t['median_step_s']:.1f} s a step)"
     if t.get("segments"):
         where = " on " + ", then ".join(
             f"{g['on']} (steps {g['steps'][0]}-{g['steps'][1]}, median {g['median_step_s']:.1f} s a step)"
             for g in t["segments"]
         )
+    elif t.get("trained_on"):
+        median = f" (median {t['median_step_s']:.1f} s a step)" if t.get("median_step_s") else ""
+        where = f" on {t['trained_on']}{median}"
+    else:
+        where = ""
     est = (
         f" ({t['untimed_steps']} steps before timing was recorded counted at the median)"
         if t.get("untimed_steps")
